@@ -1,0 +1,100 @@
+"""MAPPO with shared parameters on MPE simple_spread (3 agents, 3 landmarks).
+
+One policy for every agent and one centralised critic on the global state plus a one-hot
+agent id. Run ``python examples/mpe/simple_spread_mappo.py --help`` for the options.
+"""
+
+import argparse
+
+import torch
+from mpe2 import simple_spread_v3
+
+from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.envs import MultiAgentEnv, wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
+from marlparts.resources import RunningStandardScaler
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+from marlparts.utils.spaces import append_agent_id
+
+
+class Policy(CategoricalMixin, Model):
+    """An MLP that outputs the logits of a categorical policy."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(64, 64), output_gain=0.01)
+
+    def compute(self, inputs, role=""):
+        """Logits for ``inputs["observations"]``."""
+        return self.net(inputs["observations"]), {}
+
+
+class Value(DeterministicMixin, Model):
+    """An MLP that outputs a state value."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, 1, hidden_sizes=(64, 64))
+
+    def compute(self, inputs, role=""):
+        """Value of ``inputs["observations"]``."""
+        return self.net(inputs["observations"]), {}
+
+
+def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, continuous: bool = False) -> MultiAgentEnv:
+    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies."""
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
+                                                          continuous_actions=continuous),
+                    num_envs=num_envs, workers=workers, seed=seed)
+
+
+def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_mappo", **overrides) -> MAPPO:
+    """MAPPO with one shared policy and one shared critic for every agent of ``env``."""
+    policy = Policy(observation_space=env.observation_space(env.possible_agents[0]),
+                    action_space=env.action_space(env.possible_agents[0]))
+    value = Value(observation_space=append_agent_id(env.state_space, env.num_agents))
+    models = {uid: {"policy": policy, "value": value} for uid in env.possible_agents}
+
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg["rollouts"] = 100
+    cfg["learning_epochs"] = 10
+    cfg["mini_batches"] = 2
+    cfg["learning_rate"] = 7e-4
+    cfg["observation_preprocessor"] = RunningStandardScaler
+    cfg["state_preprocessor"] = RunningStandardScaler
+    cfg["experiment"]["directory"] = directory
+    cfg.update(overrides)
+    memories = {uid: RandomMemory(memory_size=cfg["rollouts"], num_envs=env.num_envs) for uid in env.possible_agents}
+    return MAPPO(possible_agents=env.possible_agents, models=models, memories=memories,
+                 observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                 state_spaces=env.state_spaces, device=env.device, cfg=cfg)
+
+
+def main() -> None:
+    """Train, save the agent, and print the greedy evaluation over 100 episodes."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--timesteps", type=int, default=1_000_000, help="env steps (all copies counted)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
+    parser.add_argument("--directory", default="runs/simple_spread_mappo")
+    args = parser.parse_args()
+
+    set_seed(args.seed)
+    env = make_env(args.num_envs, args.workers, args.seed)
+    agent = make_agent(env, args.directory)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.timesteps // env.num_envs})
+    trainer.train()
+    agent.save(f"{agent.experiment_dir}/checkpoints/final_agent.pt")
+    result = trainer.eval(episodes=100)
+    print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+          f"(per agent: {', '.join(f'{k} {v:.2f}' for k, v in result['returns'].items())})")
+    print(f"checkpoint: {agent.experiment_dir}/checkpoints/final_agent.pt")
+    env.close()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()

@@ -1,0 +1,8 @@
+"""Multi-agent algorithms."""
+
+from marlparts.agents.base import MultiAgent
+from marlparts.agents.ippo import IPPO, IPPO_DEFAULT_CONFIG
+from marlparts.agents.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.agents.ppo_core import MultiAgentPPO
+
+__all__ = ["IPPO", "IPPO_DEFAULT_CONFIG", "MAPPO", "MAPPO_DEFAULT_CONFIG", "MultiAgent", "MultiAgentPPO"]

@@ -1,0 +1,53 @@
+"""Groups of agents that share models: each group runs as one batch (env copies × agents)."""
+
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import torch
+
+from marlparts.memories.base import Memory
+from marlparts.models.base import Model
+
+
+class AgentGroup:
+    """Agents whose models are the same instances for every role.
+
+    Attributes:
+        uids: the agent ids, in ``possible_agents`` order.
+        models: ``role -> model`` shared by the group.
+        memory: storage for the whole group (the memory given for its first agent), with an
+            agent axis: tensors of shape ``(memory_size, num_envs, len(uids), *size)``.
+        agent_indexes: positions of ``uids`` in ``possible_agents`` (for one-hot agent ids).
+    """
+
+    def __init__(self, uids: Sequence[str], models: Mapping[str, Model], memory: Optional[Memory],
+                 agent_indexes: Sequence[int]) -> None:
+        self.uids = list(uids)
+        self.models = dict(models)
+        self.memory = memory
+        self.agent_indexes = torch.as_tensor(list(agent_indexes), dtype=torch.long)
+        self.cache: Dict[str, torch.Tensor] = {}
+
+    @property
+    def size(self) -> int:
+        """Number of agents in the group."""
+        return len(self.uids)
+
+    def __repr__(self) -> str:
+        return f"AgentGroup({self.uids})"
+
+
+def build_groups(possible_agents: Sequence[str], models: Mapping[str, Mapping[str, Model]], roles: Sequence[str],
+                 memories: Optional[Mapping[str, Memory]]) -> List[AgentGroup]:
+    """Group agents by the identity of their models for ``roles``, in ``possible_agents`` order."""
+    order: Dict[tuple, List[str]] = {}
+    for uid in possible_agents:
+        key = tuple(id(models[uid][role]) for role in roles)
+        order.setdefault(key, []).append(uid)
+    position = {uid: i for i, uid in enumerate(possible_agents)}
+    groups = []
+    for uids in order.values():
+        first = uids[0]
+        memory = memories[first] if memories is not None else None
+        groups.append(AgentGroup(uids, {role: models[first][role] for role in roles}, memory,
+                                 [position[uid] for uid in uids]))
+    return groups

@@ -1,0 +1,35 @@
+"""Independent PPO (de Witt et al., 2020): every critic reads only its own agent's observation."""
+
+from typing import Optional
+
+import torch
+
+from marlparts.agents.groups import AgentGroup
+from marlparts.agents.ppo_core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.utils.config import Config
+from marlparts.utils.spaces import flat_size
+
+IPPO_DEFAULT_CONFIG: Config = PPO_DEFAULT_CONFIG.copy()
+
+
+class IPPO(MultiAgentPPO):
+    """IPPO: decentralised critics on each agent's own observation; no global state is needed.
+
+    Build the value model with ``observation_space=env.observation_space(uid)``. The state
+    preprocessor, when configured, standardises the critic's observation input.
+    See :class:`MultiAgentPPO` for the update.
+    """
+
+    DEFAULT_CONFIG = IPPO_DEFAULT_CONFIG
+    USES_STATE = False
+
+    def critic_input_size(self, uid: str) -> int:
+        """Size of the agent's flattened observation."""
+        return flat_size(self.observation_spaces[uid])
+
+    def value_inputs(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                     train: bool = False) -> torch.Tensor:
+        """The agents' own observations, standardised if configured."""
+        flat = observations.flatten(0, 1)
+        preprocessor = self.state_preprocessors[id(group.models["value"])]
+        return flat if preprocessor is None else preprocessor(flat, train=train)

@@ -1,0 +1,92 @@
+"""The interface every wrapped environment offers to algorithms and trainers."""
+
+from typing import Any, Dict, List, Mapping, Tuple
+
+import gymnasium
+import torch
+
+
+class MultiAgentEnv:
+    """A batch of ``num_envs`` copies of a multi-agent environment, speaking torch tensors.
+
+    Every possible agent is always present in the returned mappings:
+
+    - observations: ``{uid: (num_envs, obs_size)}`` float32, spaces flattened;
+    - rewards, terminated, truncated: ``{uid: (num_envs, 1)}``;
+    - ``infos`` holds ``"active"`` (``{uid: (num_envs, 1)}`` bool: the agent acts at the
+      next step), ``"episode_end"`` (``(num_envs, 1)`` bool: the copy ended and was reset),
+      ``"final_observation"`` (``{uid: (num_envs, obs_size)}``: the last observation of an
+      agent whose episode ended at this step, zeros elsewhere), ``"final_state"``, and
+      ``"action_mask"`` (``{uid: (num_envs, n)}`` bool) where the environment has masks.
+
+    Copies reset themselves when their episode ends, so the observation returned for an
+    ended copy is already the first one of its next episode.
+    """
+
+    possible_agents: List[str]
+    num_envs: int
+    device: torch.device
+
+    @property
+    def num_agents(self) -> int:
+        """Number of possible agents."""
+        return len(self.possible_agents)
+
+    def observation_space(self, uid: str) -> gymnasium.Space:
+        """Observation space of agent ``uid`` (before flattening)."""
+        return self._lookup(self.observation_spaces, uid, "observation space")
+
+    def action_space(self, uid: str) -> gymnasium.Space:
+        """Action space of agent ``uid``."""
+        return self._lookup(self.action_spaces, uid, "action space")
+
+    @property
+    def observation_spaces(self) -> Dict[str, gymnasium.Space]:
+        """Observation space of every possible agent."""
+        raise NotImplementedError
+
+    @property
+    def action_spaces(self) -> Dict[str, gymnasium.Space]:
+        """Action space of every possible agent."""
+        raise NotImplementedError
+
+    @property
+    def state_space(self) -> gymnasium.Space:
+        """Space of the global state returned by :meth:`state`."""
+        raise NotImplementedError
+
+    @property
+    def state_spaces(self) -> Dict[str, gymnasium.Space]:
+        """The global state space, once per agent id (the input space of centralised critics)."""
+        return {uid: self.state_space for uid in self.possible_agents}
+
+    def reset(self) -> Tuple[Mapping[str, torch.Tensor], Dict[str, Any]]:
+        """Reset every copy; returns ``(observations, infos)``."""
+        raise NotImplementedError
+
+    def step(self, actions: Mapping[str, torch.Tensor]) -> Tuple[Any, Any, Any, Any, Dict[str, Any]]:
+        """Step every copy; returns ``(observations, rewards, terminated, truncated, infos)``."""
+        raise NotImplementedError
+
+    def state(self) -> torch.Tensor:
+        """Global state of every copy, ``(num_envs, state_size)``."""
+        raise NotImplementedError
+
+    def render(self) -> Any:
+        """Render the first copy (as the wrapped environment's ``render_mode`` says)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the copies and any worker processes."""
+
+    def _lookup(self, spaces: Mapping[str, Any], uid: str, what: str) -> Any:
+        try:
+            return spaces[uid]
+        except KeyError:
+            raise KeyError(f"no {what} for unknown agent id {uid!r}; possible agents: {self.possible_agents}") from None
+
+    def __enter__(self) -> "MultiAgentEnv":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,320 @@
+"""Stepping a block of PettingZoo Parallel env copies into preallocated NumPy buffers.
+
+The same :class:`CopyBlock` runs all copies in the main process, or a slice of them in
+each worker process, where the buffers live in shared memory. Only short commands cross
+the process boundary; observations, rewards and flags are written in place.
+"""
+
+import multiprocessing as mp
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from marlparts.envs.layout import EnvLayout
+from marlparts.utils.spaces import flatten_into
+
+BUFFER_DTYPES = {
+    "obs": np.float32, "final_obs": np.float32, "reward": np.float32, "terminated": np.bool_,
+    "truncated": np.bool_, "active": np.bool_, "episode_end": np.bool_, "state": np.float32,
+    "final_state": np.float32, "mask": np.bool_, "action": np.float64,
+}
+
+
+class EnvCopyError(RuntimeError):
+    """An environment copy raised inside ``reset`` or ``step``; the message names the copy."""
+
+
+def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
+    """Shape of every buffer for ``num_envs`` copies."""
+    n = len(layout.possible_agents)
+    shapes = {
+        "obs": (num_envs, layout.observations.total), "final_obs": (num_envs, layout.observations.total),
+        "reward": (num_envs, n), "terminated": (num_envs, n), "truncated": (num_envs, n),
+        "active": (num_envs, n), "episode_end": (num_envs, 1), "action": (num_envs, layout.actions.total),
+    }
+    if layout.state_from_env:
+        shapes["state"] = (num_envs, layout.state_size)
+        shapes["final_state"] = (num_envs, layout.state_size)
+    if layout.has_masks:
+        shapes["mask"] = (num_envs, layout.masks.total)
+    return shapes
+
+
+def allocate_buffers(layout: EnvLayout, num_envs: int, *, shared: bool, context: Any = None) -> Dict[str, Any]:
+    """Buffers as NumPy arrays, or as shared ``RawArray`` objects to pass to worker processes."""
+    buffers = {}
+    for name, shape in buffer_shapes(layout, num_envs).items():
+        dtype = np.dtype(BUFFER_DTYPES[name])
+        if shared:
+            buffers[name] = context.RawArray("b", int(np.prod(shape)) * dtype.itemsize)
+        else:
+            buffers[name] = np.zeros(shape, dtype=dtype)
+    return buffers
+
+
+def as_arrays(raw: Dict[str, Any], layout: EnvLayout, num_envs: int) -> Dict[str, np.ndarray]:
+    """NumPy views of shared ``RawArray`` buffers."""
+    shapes = buffer_shapes(layout, num_envs)
+    return {name: np.frombuffer(raw[name], dtype=BUFFER_DTYPES[name]).reshape(shapes[name]) for name in raw}
+
+
+class CopyBlock:
+    """Env copies ``rows`` of a batch, reading actions from and writing results to ``buffers``.
+
+    Args:
+        envs: the PettingZoo Parallel env copies, one per row.
+        rows: the batch rows these copies own.
+        layout: spaces and column layouts.
+        buffers: the whole batch's NumPy buffers.
+    """
+
+    def __init__(self, envs: List[Any], rows: Sequence[int], layout: EnvLayout, buffers: Dict[str, np.ndarray]) -> None:
+        self.envs = envs
+        self.rows = list(rows)
+        self.layout = layout
+        self.b = buffers
+        self.agent_index = {uid: i for i, uid in enumerate(layout.possible_agents)}
+        self.obs_columns = {uid: layout.observations.columns(uid) for uid in layout.possible_agents}
+        self.action_columns = {uid: layout.actions.columns(uid) for uid in layout.possible_agents}
+        self.mask_columns = {uid: layout.masks.columns(uid) for uid in layout.possible_agents} if layout.has_masks else {}
+
+    def reset(self, seed: Optional[int]) -> None:
+        """Reset every copy; copy ``row`` gets ``seed + row`` when a seed is given."""
+        for env, row in zip(self.envs, self.rows):
+            try:
+                obs, infos = env.reset(seed=None if seed is None else seed + row)
+            except Exception as error:
+                raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
+            self._clear_step_flags(row)
+            self._write_observations(env, row, obs, infos, ended=())
+
+    def step(self) -> None:
+        """Step every copy with the actions in the action buffer; ended copies reset themselves."""
+        for env, row in zip(self.envs, self.rows):
+            actions = {uid: self._action(row, uid) for uid in env.agents}
+            try:
+                obs, rewards, terminated, truncated, infos = env.step(actions)
+            except Exception as error:
+                raise EnvCopyError(f"env copy {row} raised in step: {error!r}") from error
+            self._clear_step_flags(row)
+            reward_row, term_row, trunc_row = self.b["reward"][row], self.b["terminated"][row], self.b["truncated"][row]
+            index = self.agent_index
+            for uid, value in rewards.items():
+                reward_row[index[uid]] = value
+            ended = []
+            for uid, flag in terminated.items():
+                if flag:
+                    term_row[index[uid]] = True
+                    ended.append(uid)
+            for uid, flag in truncated.items():
+                if flag:
+                    trunc_row[index[uid]] = True
+                    if not terminated.get(uid, False):
+                        ended.append(uid)
+            if not env.agents:
+                if "state" in self.b:
+                    self.b["final_state"][row] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
+                self._write_observations(env, row, obs, infos, ended=set(obs), with_state=False)
+                self.b["episode_end"][row] = True
+                try:
+                    obs, infos = env.reset()
+                except Exception as error:
+                    raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
+                self._write_observations(env, row, obs, infos, ended=())
+            else:
+                self._write_observations(env, row, obs, infos, ended=ended)
+
+    def render(self) -> Any:
+        """Render the first copy of the block."""
+        return self.envs[0].render()
+
+    def close(self) -> None:
+        """Close every copy."""
+        for env in self.envs:
+            env.close()
+
+    def _action(self, row: int, uid: str) -> Any:
+        space = self.layout.action_spaces[uid]
+        values = self.b["action"][row, self.action_columns[uid]]
+        if space.__class__.__name__ == "Discrete":
+            return int(values[0])
+        if space.__class__.__name__ == "MultiDiscrete":
+            return values.astype(np.int64).reshape(space.shape)
+        return np.clip(values.reshape(space.shape), space.low, space.high).astype(space.dtype)
+
+    def _clear_step_flags(self, row: int) -> None:
+        self.b["reward"][row] = 0.0
+        self.b["terminated"][row] = False
+        self.b["truncated"][row] = False
+        self.b["episode_end"][row] = False
+        self.b["final_obs"][row] = 0.0
+
+    def _write_observations(self, env: Any, row: int, obs: Dict[str, Any], infos: Dict[str, Any], ended: Any,
+                            with_state: bool = True) -> None:
+        """Write ``obs`` of ``row``: agents that ``ended`` go to the final-observation buffer.
+
+        Agents absent from ``obs`` (they left the episode) keep zero observations.
+        """
+        layout, obs_row = self.layout, self.b["obs"][row]
+        obs_row[:] = 0.0
+        live = set(env.agents)
+        active_row = self.b["active"][row]
+        for j, uid in enumerate(layout.possible_agents):
+            active_row[j] = uid in live
+        for uid, value in obs.items():
+            if layout.mask_in_observation:
+                value = value["observation"]
+            columns = self.obs_columns[uid]
+            if uid in ended:
+                flatten_into(layout.observation_spaces[uid], value, self.b["final_obs"][row, columns])
+                obs_row[columns] = 0.0
+            else:
+                flatten_into(layout.observation_spaces[uid], value, obs_row[columns])
+        if with_state and "state" in self.b:
+            self.b["state"][row] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
+        if layout.has_masks:
+            self._write_masks(row, obs, infos, live)
+
+    def _write_masks(self, row: int, obs: Dict[str, Any], infos: Dict[str, Any], live: set) -> None:
+        mask_row = self.b["mask"][row]
+        mask_row[:] = True  # agents that do not act get an all-allowed mask, never an empty one
+        for uid in live:
+            if self.layout.mask_in_observation and uid in obs:
+                mask = obs[uid]["action_mask"]
+            elif isinstance(infos.get(uid), dict) and "action_mask" in infos[uid]:
+                mask = infos[uid]["action_mask"]
+            else:
+                continue
+            mask_row[self.mask_columns[uid]] = np.asarray(mask, dtype=bool).reshape(-1)
+
+
+def _worker_main(connection: Any, factory: Callable[[], Any], rows: List[int], layout: EnvLayout,
+                 raw_buffers: Dict[str, Any], num_envs: int) -> None:
+    """Command loop of one worker process: ``reset``, ``step``, ``render``, ``close``."""
+    block = None
+    try:
+        block = CopyBlock([factory() for _ in rows], rows, layout, as_arrays(raw_buffers, layout, num_envs))
+        connection.send(("ok", None))
+        while True:
+            command, argument = connection.recv()
+            try:
+                if command == "reset":
+                    block.reset(argument)
+                    connection.send(("ok", None))
+                elif command == "step":
+                    block.step()
+                    connection.send(("ok", None))
+                elif command == "render":
+                    connection.send(("ok", block.render()))
+                elif command == "close":
+                    block.close()
+                    connection.send(("ok", None))
+                    return
+            except Exception as error:  # report to the main process, which raises
+                connection.send(("error", f"{error}\n{traceback.format_exc()}"))
+    except (EOFError, KeyboardInterrupt, BrokenPipeError):
+        pass
+    except Exception as error:
+        try:
+            connection.send(("error", f"worker failed to start: {error!r}\n{traceback.format_exc()}"))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+class InProcessCopies:
+    """All copies stepped one after another in the calling process."""
+
+    def __init__(self, envs: List[Any], layout: EnvLayout, num_envs: int) -> None:
+        self.buffers = allocate_buffers(layout, num_envs, shared=False)
+        self.block = CopyBlock(envs, range(num_envs), layout, self.buffers)
+
+    def reset(self, seed: Optional[int]) -> None:
+        """Reset every copy."""
+        self.block.reset(seed)
+
+    def step(self) -> None:
+        """Step every copy."""
+        self.block.step()
+
+    def render(self) -> Any:
+        """Render copy 0."""
+        return self.block.render()
+
+    def close(self) -> None:
+        """Close every copy."""
+        self.block.close()
+
+
+class WorkerCopies:
+    """Copies split over ``workers`` processes that step in parallel, writing to shared memory.
+
+    Worker processes are forked where the platform allows it, so an env factory may be a
+    lambda; elsewhere the factory must be picklable.
+    """
+
+    def __init__(self, factory: Callable[[], Any], layout: EnvLayout, num_envs: int, workers: int) -> None:
+        if workers > num_envs:
+            raise ValueError(f"workers={workers} is more than num_envs={num_envs}")
+        methods = mp.get_all_start_methods()
+        context = mp.get_context("fork" if "fork" in methods else "spawn")
+        raw = allocate_buffers(layout, num_envs, shared=True, context=context)
+        self.buffers = as_arrays(raw, layout, num_envs)
+        self.connections, self.processes = [], []
+        for rows in np.array_split(np.arange(num_envs), workers):
+            parent, child = context.Pipe()
+            process = context.Process(target=_worker_main, daemon=True,
+                                      args=(child, factory, [int(r) for r in rows], layout, raw, num_envs))
+            process.start()
+            child.close()
+            self.connections.append(parent)
+            self.processes.append(process)
+        self._collect("start")
+
+    def _broadcast(self, command: str, argument: Any = None) -> List[Any]:
+        for connection in self.connections:
+            connection.send((command, argument))
+        return self._collect(command)
+
+    def _collect(self, command: str) -> List[Any]:
+        results, errors = [], []
+        for index, connection in enumerate(self.connections):
+            try:
+                status, payload = connection.recv()
+            except EOFError:
+                status, payload = "error", "the worker process died"
+            if status == "error":
+                errors.append(f"worker {index} during {command}: {payload}")
+            results.append(payload)
+        if errors:
+            raise EnvCopyError("\n".join(errors))
+        return results
+
+    def reset(self, seed: Optional[int]) -> None:
+        """Reset every copy."""
+        self._broadcast("reset", seed)
+
+    def step(self) -> None:
+        """Step every copy, all workers at once."""
+        self._broadcast("step")
+
+    def render(self) -> Any:
+        """Render copy 0 (in worker 0)."""
+        self.connections[0].send(("render", None))
+        status, payload = self.connections[0].recv()
+        if status == "error":
+            raise EnvCopyError(f"worker 0 during render: {payload}")
+        return payload
+
+    def close(self) -> None:
+        """Close the copies and join the workers."""
+        for connection in self.connections:
+            try:
+                connection.send(("close", None))
+                connection.recv()
+            except (BrokenPipeError, EOFError, OSError):
+                pass
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.terminate()

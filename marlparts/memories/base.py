@@ -1,0 +1,140 @@
+"""Preallocated storage of named tensors indexed by (step, env copy)."""
+
+import os
+import tempfile
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import gymnasium
+import torch
+
+from marlparts.utils.spaces import flat_size
+
+Size = Union[int, Tuple[int, ...], gymnasium.Space]
+
+
+class Memory:
+    """Named tensors of shape ``(memory_size, num_envs, *size)``, written one step at a time.
+
+    Samples are taken over the flattened ``(memory_size * num_envs)`` axis; everything behind
+    it (for example an agent axis of a group of agents) stays together in a sample.
+
+    Args:
+        memory_size: number of steps kept; writing past it wraps around.
+        num_envs: number of env copies written per step.
+        device: where the tensors live.
+    """
+
+    def __init__(self, *, memory_size: int, num_envs: int = 1, device: Union[str, torch.device, None] = None) -> None:
+        if memory_size < 1 or num_envs < 1:
+            raise ValueError(f"memory_size and num_envs must be >= 1, got {memory_size} and {num_envs}")
+        self.memory_size = int(memory_size)
+        self.num_envs = int(num_envs)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.tensors: Dict[str, torch.Tensor] = {}
+        self.memory_index = 0
+        self.filled = False
+
+    def __len__(self) -> int:
+        """Number of stored samples (steps × env copies)."""
+        return (self.memory_size if self.filled else self.memory_index) * self.num_envs
+
+    def create_tensor(self, name: str, size: Size, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Allocate tensor ``name`` of per-sample ``size`` (an int, a shape, or a space to flatten)."""
+        if isinstance(size, gymnasium.Space):
+            size = (flat_size(size),)
+        shape = (size,) if isinstance(size, int) else tuple(size)
+        if name in self.tensors:
+            existing = self.tensors[name]
+            if existing.shape[2:] != shape or existing.dtype != dtype:
+                raise ValueError(f"memory tensor {name!r} exists with size {tuple(existing.shape[2:])} "
+                                 f"{existing.dtype}, asked for {shape} {dtype}")
+            return existing
+        self.tensors[name] = torch.zeros((self.memory_size, self.num_envs, *shape), dtype=dtype, device=self.device)
+        return self.tensors[name]
+
+    def add_samples(self, **tensors: torch.Tensor) -> None:
+        """Write one step: each tensor has shape ``(num_envs, *size)``. Unknown names are an error."""
+        for name, value in tensors.items():
+            target = self._get(name)
+            if value.shape != target.shape[1:]:
+                raise ValueError(f"memory tensor {name!r} takes samples of shape {tuple(target.shape[1:])}, "
+                                 f"got {tuple(value.shape)}")
+            target[self.memory_index].copy_(value)
+        self.memory_index += 1
+        if self.memory_index >= self.memory_size:
+            self.memory_index = 0
+            self.filled = True
+
+    def get_tensor_by_name(self, name: str, keepdim: bool = True) -> torch.Tensor:
+        """The whole tensor ``name``: ``(memory_size, num_envs, *size)``, or flattened if not ``keepdim``."""
+        tensor = self._get(name)
+        return tensor if keepdim else tensor.flatten(0, 1)
+
+    def set_tensor_by_name(self, name: str, value: torch.Tensor) -> None:
+        """Overwrite the whole tensor ``name`` with ``value`` (same shape)."""
+        target = self._get(name)
+        if value.shape != target.shape:
+            raise ValueError(f"memory tensor {name!r} has shape {tuple(target.shape)}, got {tuple(value.shape)}")
+        target.copy_(value)
+
+    def minibatch_indexes(self, mini_batches: int, generator: Optional[torch.Generator] = None) -> List[torch.Tensor]:
+        """A fresh random permutation of the stored samples, split into ``mini_batches`` index tensors."""
+        count = len(self)
+        if mini_batches < 1 or mini_batches > count:
+            raise ValueError(f"mini_batches must be between 1 and the {count} stored samples, got {mini_batches}")
+        permutation = torch.randperm(count, generator=generator, device=self.device)
+        return list(permutation.tensor_split(mini_batches))
+
+    def sample_by_index(self, names: Sequence[str], indexes: torch.Tensor) -> List[torch.Tensor]:
+        """The samples at flat ``indexes`` of each tensor in ``names``."""
+        return [self._get(name).flatten(0, 1)[indexes] for name in names]
+
+    def sample_all(self, names: Sequence[str], mini_batches: int = 1) -> List[List[torch.Tensor]]:
+        """Every stored sample once, shuffled anew on each call, split into ``mini_batches`` batches."""
+        return [self.sample_by_index(names, indexes) for indexes in self.minibatch_indexes(mini_batches)]
+
+    def sample(self, names: Sequence[str], batch_size: int) -> List[torch.Tensor]:
+        """``batch_size`` samples drawn uniformly, with replacement, from what is stored."""
+        count = len(self)
+        if count == 0:
+            raise ValueError("cannot sample from an empty memory")
+        indexes = torch.randint(count, (batch_size,), device=self.device)
+        return self.sample_by_index(names, indexes)
+
+    def reset(self) -> None:
+        """Forget what is stored (tensors stay allocated)."""
+        self.memory_index = 0
+        self.filled = False
+
+    def state_dict(self) -> dict:
+        """Tensors and write position, for saving."""
+        return {"tensors": dict(self.tensors), "memory_index": self.memory_index, "filled": self.filled}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.tensors = {name: tensor.to(self.device) for name, tensor in state["tensors"].items()}
+        self.memory_index = int(state["memory_index"])
+        self.filled = bool(state["filled"])
+
+    def save(self, path: str) -> None:
+        """Write the memory to ``path`` atomically (temporary file, then rename)."""
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        os.close(handle)
+        try:
+            torch.save(self.state_dict(), temporary)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+
+    def load(self, path: str) -> None:
+        """Read a memory written by :meth:`save` (tensors only: no code is run)."""
+        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+
+    def _get(self, name: str) -> torch.Tensor:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise KeyError(f"memory has no tensor {name!r}; it has {sorted(self.tensors)}") from None

@@ -1,0 +1,41 @@
+"""Diagonal Gaussian policies over ``Box`` actions."""
+
+from typing import Dict, Mapping, Tuple
+
+import torch
+from torch.distributions import Normal
+
+
+class GaussianMixin:
+    """Turns the mean that ``compute`` returns into a diagonal Gaussian policy.
+
+    The log standard deviation comes from ``extras["log_std"]`` if ``compute`` returns one,
+    else from a ``log_std`` parameter the model defines. It is clamped to
+    ``[min_log_std, max_log_std]``. Sampled actions are clipped to the action space when
+    ``clip_actions`` is set (the log-probability is that of the unclipped sample).
+    """
+
+    min_log_std: float = -20.0
+    max_log_std: float = 2.0
+    clip_actions: bool = False
+
+    def act(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, torch.Tensor, Dict]:
+        """Return ``(actions (batch, act_dim), log_prob (batch, 1), outputs)``."""
+        mean, outputs = self.compute(inputs, role)
+        log_std = outputs.get("log_std", getattr(self, "log_std", None))
+        if log_std is None:
+            raise AttributeError(f"{type(self).__name__}: define a `log_std` parameter or return extras['log_std']")
+        log_std = log_std.clamp(self.min_log_std, self.max_log_std).expand_as(mean)
+        distribution = Normal(mean, log_std.exp())
+        taken = inputs.get("taken_actions")
+        actions = distribution.rsample() if taken is None else taken
+        log_prob = distribution.log_prob(actions).sum(dim=-1, keepdim=True)
+        if taken is None and self.clip_actions:
+            low = torch.as_tensor(self.action_space.low, device=mean.device, dtype=mean.dtype)
+            high = torch.as_tensor(self.action_space.high, device=mean.device, dtype=mean.dtype)
+            actions = torch.clamp(actions, low, high)
+        outputs = dict(outputs)
+        outputs["mean_actions"] = mean
+        outputs["log_std"] = log_std
+        outputs["entropy"] = distribution.entropy().sum(dim=-1, keepdim=True)
+        return actions, log_prob, outputs

@@ -1,0 +1,62 @@
+"""Input preprocessors."""
+
+from typing import Union
+
+import gymnasium
+import torch
+from torch import nn
+
+from marlparts.utils.spaces import flat_size
+
+
+class RunningStandardScaler(nn.Module):
+    """Standardises inputs with a running mean and variance (Chan et al.'s parallel update).
+
+    Also used for value normalisation: critic targets are standardised with ``train=True``,
+    and the critic's outputs are mapped back with ``inverse=True``.
+
+    Args:
+        size: number of features, or a space to flatten.
+        epsilon: added to the variance to avoid division by zero.
+        clip_threshold: standardised values are clipped to ``±clip_threshold``.
+        device: where the statistics live.
+    """
+
+    def __init__(self, size: Union[int, gymnasium.Space], *, epsilon: float = 1e-8, clip_threshold: float = 5.0,
+                 device: Union[str, torch.device, None] = None) -> None:
+        super().__init__()
+        size = flat_size(size) if isinstance(size, gymnasium.Space) else int(size)
+        self.epsilon = epsilon
+        self.clip_threshold = clip_threshold
+        self.register_buffer("running_mean", torch.zeros(size, dtype=torch.float64, device=device))
+        self.register_buffer("running_variance", torch.ones(size, dtype=torch.float64, device=device))
+        self.register_buffer("current_count", torch.ones((), dtype=torch.float64, device=device))
+
+    def update(self, x: torch.Tensor) -> None:
+        """Fold the batch ``x`` (``(..., size)``) into the running statistics."""
+        x = x.detach().reshape(-1, x.shape[-1]).double()
+        batch_count = x.shape[0]
+        if batch_count == 0:
+            return
+        batch_mean = x.mean(dim=0)
+        batch_variance = x.var(dim=0, unbiased=False)
+        delta = batch_mean - self.running_mean
+        total = self.current_count + batch_count
+        m2 = (self.running_variance * self.current_count + batch_variance * batch_count
+              + delta.square() * self.current_count * batch_count / total)
+        self.running_mean += delta * batch_count / total
+        self.running_variance.copy_(m2 / total)
+        self.current_count.copy_(total)
+
+    def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False) -> torch.Tensor:
+        """Standardise ``x`` (after updating the statistics with it if ``train``), or undo it if ``inverse``."""
+        if x.shape[-1] != self.running_mean.shape[0]:
+            raise ValueError(f"RunningStandardScaler of size {self.running_mean.shape[0]} got input of shape "
+                             f"{tuple(x.shape)}")
+        if train:
+            self.update(x)
+        mean = self.running_mean.to(x.dtype)
+        std = (self.running_variance + self.epsilon).sqrt().to(x.dtype)
+        if inverse:
+            return x * std + mean
+        return ((x - mean) / std).clamp(-self.clip_threshold, self.clip_threshold)

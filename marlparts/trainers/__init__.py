@@ -1,0 +1,6 @@
+"""Trainers: the loop that connects an environment to algorithms."""
+
+from marlparts.trainers.base import EpisodeStatistics, Trainer
+from marlparts.trainers.sequential import SEQUENTIAL_TRAINER_DEFAULT_CONFIG, SequentialTrainer
+
+__all__ = ["EpisodeStatistics", "SEQUENTIAL_TRAINER_DEFAULT_CONFIG", "SequentialTrainer", "Trainer"]

@@ -1,0 +1,58 @@
+"""Flattening of gymnasium spaces into the flat float vectors that models consume."""
+
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+
+
+def flat_size(space: gymnasium.Space) -> int:
+    """Number of values in the flattened form of ``space`` (gymnasium's ``flatdim``)."""
+    if space is None:
+        raise ValueError("a space is required here, got None")
+    return int(gymnasium.spaces.flatdim(space))
+
+
+def action_size(space: gymnasium.Space) -> int:
+    """Number of columns an action for ``space`` takes in a batched action tensor.
+
+    ``Discrete`` actions are one integer column, ``MultiDiscrete`` one column per
+    sub-action, ``Box`` actions their flattened size.
+    """
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return 1
+    if isinstance(space, gymnasium.spaces.MultiDiscrete):
+        return int(np.prod(space.nvec.shape))
+    if isinstance(space, gymnasium.spaces.Box):
+        return int(np.prod(space.shape))
+    raise TypeError(f"unsupported action space {space!r}: use Discrete, MultiDiscrete or Box")
+
+
+def is_discrete(space: gymnasium.Space) -> bool:
+    """True for spaces whose actions are integers (``Discrete``, ``MultiDiscrete``)."""
+    return isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete))
+
+
+def flatten_into(space: gymnasium.Space, value: Any, out: np.ndarray) -> None:
+    """Write the flattened ``value`` of ``space`` into the 1-D array ``out`` (no allocation for Box)."""
+    if isinstance(space, gymnasium.spaces.Box):
+        out[:] = np.asarray(value, dtype=np.float32).reshape(-1)
+    else:
+        out[:] = gymnasium.spaces.flatten(space, value)
+
+
+def unflatten(space: gymnasium.Space, tensor: torch.Tensor) -> Any:
+    """Inverse of the flattening for one sample: a flat tensor back to a value of ``space``."""
+    array = tensor.detach().cpu().numpy()
+    return gymnasium.spaces.unflatten(space, array)
+
+
+def append_agent_id(space: gymnasium.Space, num_agents: int) -> gymnasium.spaces.Box:
+    """The flat ``Box`` of ``space`` followed by a one-hot agent id of ``num_agents`` entries.
+
+    This is the input space of a centralised critic that is told which agent it values
+    (the MAPPO paper's agent-specific global state).
+    """
+    size = flat_size(space) + int(num_agents)
+    return gymnasium.spaces.Box(low=-np.inf, high=np.inf, shape=(size,), dtype=np.float32)
