@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--override", default="{}", help="JSON dict of config overrides")
+    parser.add_argument("--directory", default="runs/benchmark", help="experiment folder (TensorBoard, checkpoints)")
     parser.add_argument("--output", default=None, help="JSON file (default benchmarks/results/learning_<alg>.json)")
     args = parser.parse_args()
 
@@ -55,7 +56,7 @@ def main() -> None:
     for seed in args.seeds:
         set_seed(seed)
         env = example.make_env(args.num_envs, 0, seed)
-        agent = example.make_agent(env, f"runs/benchmark_{args.algorithm}", **overrides)
+        agent = example.make_agent(env, f"{args.directory}/{args.algorithm}_seed{seed}", **overrides)
         trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.timesteps // args.num_envs,
                                                                  "disable_progressbar": True})
         start = time.perf_counter()

@@ -35,7 +35,7 @@ class Value(DeterministicMixin, Model):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.net = mlp(self.num_observations, 1, hidden_sizes=(64, 64))
+        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(64, 64))
 
     def compute(self, inputs, role=""):
         """Value of ``inputs["observations"]``."""

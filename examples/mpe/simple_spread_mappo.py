@@ -1,7 +1,7 @@
 """MAPPO with shared parameters on MPE simple_spread (3 agents, 3 landmarks).
 
-One policy for every agent and one centralised critic on the global state plus a one-hot
-agent id. Run ``python examples/mpe/simple_spread_mappo.py --help`` for the options.
+One policy for every agent and one centralised critic that reads the global state and
+outputs one value per agent. Run ``python examples/mpe/simple_spread_mappo.py --help`` for the options.
 """
 
 import argparse
@@ -16,7 +16,6 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
-from marlparts.utils.spaces import append_agent_id
 
 
 class Policy(CategoricalMixin, Model):
@@ -32,11 +31,11 @@ class Policy(CategoricalMixin, Model):
 
 
 class Value(DeterministicMixin, Model):
-    """An MLP that outputs a state value."""
+    """An MLP from the global state to one value per agent."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.net = mlp(self.num_observations, 1, hidden_sizes=(64, 64))
+        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(64, 64))
 
     def compute(self, inputs, role=""):
         """Value of ``inputs["observations"]``."""
@@ -54,7 +53,7 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_mappo", 
     """MAPPO with one shared policy and one shared critic for every agent of ``env``."""
     policy = Policy(observation_space=env.observation_space(env.possible_agents[0]),
                     action_space=env.action_space(env.possible_agents[0]))
-    value = Value(observation_space=append_agent_id(env.state_space, env.num_agents))
+    value = Value(observation_space=env.state_space, output_size=env.num_agents)  # one value per agent
     models = {uid: {"policy": policy, "value": value} for uid in env.possible_agents}
 
     cfg = MAPPO_DEFAULT_CONFIG.copy()

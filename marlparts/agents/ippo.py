@@ -27,9 +27,9 @@ class IPPO(MultiAgentPPO):
         """Size of the agent's flattened observation."""
         return flat_size(self.observation_spaces[uid])
 
-    def value_inputs(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                     train: bool = False) -> torch.Tensor:
-        """The agents' own observations, standardised if configured."""
-        flat = observations.flatten(0, 1)
-        preprocessor = self.state_preprocessors[id(group.models["value"])]
-        return flat if preprocessor is None else preprocessor(flat, train=train)
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                       train: bool = False) -> torch.Tensor:
+        """The critic on each agent's own (standardised if configured) observation."""
+        inputs = self._preprocess_states(group, observations.flatten(0, 1), train)
+        predicted, _, _ = group.models["value"].act({"observations": inputs}, role="value")
+        return predicted.unflatten(0, observations.shape[:2])

@@ -1,6 +1,6 @@
 """Multi-Agent PPO (Yu et al., 2022): decentralised policies, a centralised critic on the global state."""
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -11,43 +11,67 @@ from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 
 MAPPO_DEFAULT_CONFIG: Config = PPO_DEFAULT_CONFIG.copy()
-MAPPO_DEFAULT_CONFIG["value_agent_id"] = True  # the critic also reads a one-hot id of the agent it values
+# how the centralised critic tells the agents it values apart:
+#   "outputs": it reads the global state once per env copy and outputs one value per agent
+#   "one_hot": it reads the global state plus a one-hot agent id and outputs one value
+#   "none":    it reads the global state and outputs one value shared by every agent
+MAPPO_DEFAULT_CONFIG["agent_specific_values"] = "outputs"
+
+CRITIC_MODES = ("outputs", "one_hot", "none")
 
 
 class MAPPO(MultiAgentPPO):
     """MAPPO: each agent's critic reads the global state (``env.state()``).
 
-    With ``cfg["value_agent_id"]`` (the default) the critic input is the global state followed
-    by a one-hot id of the agent being valued, the paper's agent-specific global state: one
-    shared critic can then tell apart agents whose rewards differ. Build the value model with
-    ``observation_space=append_agent_id(env.state_space, env.num_agents)`` in that case, or
-    with ``env.state_space`` when the option is off.
+    Where agents' rewards differ the critic must know which agent it values. The default,
+    ``cfg["agent_specific_values"] = "outputs"``, gives the critic one output per agent: it
+    reads the global state once per env copy, so its cost does not grow with the number of
+    agents, and each agent trains its own output. Build it with
+    ``Value(observation_space=env.state_space, output_size=env.num_agents)``.
 
-    The state preprocessor, when configured, standardises the global state before the id is
-    appended. See :class:`MultiAgentPPO` for the update.
+    ``"one_hot"`` is the paper's agent-specific global state: the global state followed by a
+    one-hot agent id, one output; build the critic with
+    ``observation_space=append_agent_id(env.state_space, env.num_agents)``. ``"none"`` (for
+    shared rewards) reads the global state and outputs one value for every agent.
+
+    The state preprocessor, when configured, standardises the global state. See
+    :class:`MultiAgentPPO` for the update.
     """
 
     DEFAULT_CONFIG = MAPPO_DEFAULT_CONFIG
     USES_STATE = True
 
+    def __init__(self, **kwargs) -> None:
+        mode = (kwargs.get("cfg") or {}).get("agent_specific_values", MAPPO_DEFAULT_CONFIG["agent_specific_values"])
+        if mode not in CRITIC_MODES:
+            raise ValueError(f"cfg['agent_specific_values'] must be one of {CRITIC_MODES}, got {mode!r}")
+        super().__init__(**kwargs)
+
     def critic_input_size(self, uid: str) -> int:
         """Size of the global state."""
         return flat_size(self.state_spaces[uid])
 
-    def value_input_size(self, uid: str) -> int:
-        """Global state size, plus the number of agents with ``value_agent_id``."""
-        extra = len(self.possible_agents) if self.cfg["value_agent_id"] else 0
-        return self.critic_input_size(uid) + extra
+    def value_model_shape(self, uid: str) -> Tuple[int, int]:
+        """``(state size [+ number of agents for "one_hot"], number of agents for "outputs" else 1)``."""
+        mode, agents = self.cfg["agent_specific_values"], len(self.possible_agents)
+        return self.critic_input_size(uid) + (agents if mode == "one_hot" else 0), agents if mode == "outputs" else 1
 
-    def value_inputs(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                     train: bool = False) -> torch.Tensor:
-        """Global state (standardised if configured), repeated for each agent of the group, plus its one-hot id."""
-        preprocessor = self.state_preprocessors[id(group.models["value"])]
-        if preprocessor is not None:
-            states = preprocessor(states, train=train)
+    def critic_hint(self) -> str:
+        """Name the option that shapes the critic."""
+        return f" with cfg['agent_specific_values']={self.cfg['agent_specific_values']!r}"
+
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                       train: bool = False) -> torch.Tensor:
+        """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state."""
+        value, mode = group.models["value"], self.cfg["agent_specific_values"]
+        states = self._preprocess_states(group, states, train)
         batch, size = observations.shape[:2]
-        inputs = states.unsqueeze(1).expand(batch, size, states.shape[-1])
-        if self.cfg["value_agent_id"]:
+        if mode == "one_hot":
             one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(states.dtype)
-            inputs = torch.cat([inputs, one_hot.expand(batch, size, -1)], dim=-1)
-        return inputs.flatten(0, 1)
+            inputs = torch.cat([states.unsqueeze(1).expand(batch, size, -1), one_hot.expand(batch, size, -1)], dim=-1)
+            predicted, _, _ = value.act({"observations": inputs.flatten(0, 1)}, role="value")
+            return predicted.unflatten(0, (batch, size))
+        predicted, _, _ = value.act({"observations": states}, role="value")
+        if mode == "outputs":
+            return predicted[:, group.agent_indexes.to(predicted.device)].unsqueeze(-1)
+        return predicted.unsqueeze(1).expand(batch, size, 1)

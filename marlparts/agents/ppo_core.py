@@ -1,10 +1,10 @@
 """The PPO machinery shared by MAPPO and IPPO: batched acting per group, rollout storage, update.
 
 The two algorithms differ in what their critics see, which is the one method
-:meth:`MultiAgentPPO.value_inputs` that each overrides.
+:meth:`MultiAgentPPO.predict_values` that each overrides.
 """
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -89,12 +89,12 @@ class MultiAgentPPO(MultiAgent):
 
     # ----------------------------------------------------------------------------- construction
     def critic_input_size(self, uid: str) -> int:
-        """Number of values the critic of ``uid`` reads before :meth:`value_inputs` adds anything."""
+        """Number of values the critic of ``uid`` reads before preprocessing (what the state preprocessor sees)."""
         raise NotImplementedError
 
-    def value_input_size(self, uid: str) -> int:
-        """Number of inputs the value model of ``uid`` must take."""
-        return self.critic_input_size(uid)
+    def value_model_shape(self, uid: str) -> Tuple[int, int]:
+        """``(inputs, outputs)`` the value model of ``uid`` must have."""
+        return self.critic_input_size(uid), 1
 
     def _check_groups(self) -> None:
         for group in self.groups:
@@ -107,11 +107,16 @@ class MultiAgentPPO(MultiAgent):
             policy, value = group.models["policy"], group.models["value"]
             policy.check_input_size(expected=flat_size(self.observation_spaces[first]),
                                     what=f"models[{first!r}]['policy'] (observation space of {first!r})")
-            value.check_input_size(expected=self.value_input_size(first), what=f"models[{first!r}]['value']"
-                                   f" ({type(self).__name__} critic input for {first!r})")
+            inputs, outputs = self.value_model_shape(first)
+            value.check_input_size(expected=inputs, outputs=outputs, what=f"models[{first!r}]['value']"
+                                   f" ({type(self).__name__} critic of {first!r}{self.critic_hint()})")
             if group.memory.memory_size != self.cfg["rollouts"]:
                 raise ValueError(f"memories[{first!r}].memory_size is {group.memory.memory_size} but cfg['rollouts'] is "
                                  f"{self.cfg['rollouts']}: an on-policy memory holds exactly one rollout")
+
+    def critic_hint(self) -> str:
+        """Extra words for a critic-size error (which option shapes the critic)."""
+        return ""
 
     def _owner_groups(self, model: nn.Module) -> List[AgentGroup]:
         return [group for group in self.groups if any(m is model for m in group.models.values())]
@@ -162,11 +167,19 @@ class MultiAgentPPO(MultiAgent):
                 memory.create_tensor(name, (size, 1), dtype=torch.bool)
 
     # ----------------------------------------------------------------------------- inputs
-    def value_inputs(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                     train: bool = False) -> torch.Tensor:
-        """Critic inputs ``(batch * group size, value_input_size)`` from ``observations`` ``(batch, group, obs)``
-        and ``states`` ``(batch, state)``; ``train`` updates the critic-input preprocessor's statistics."""
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                       train: bool = False) -> torch.Tensor:
+        """The critic's output ``(batch, group size, 1)``, in its own (normalised) units.
+
+        ``observations`` is ``(batch, group size, obs)`` and ``states`` ``(batch, state)``;
+        ``train`` updates the critic-input preprocessor's statistics. This is where the
+        algorithms differ: what the critic reads and how its outputs map to the agents.
+        """
         raise NotImplementedError
+
+    def _preprocess_states(self, group: AgentGroup, inputs: torch.Tensor, train: bool) -> torch.Tensor:
+        preprocessor = self.state_preprocessors[id(group.models["value"])]
+        return inputs if preprocessor is None else preprocessor(inputs, train=train)
 
     def _policy_inputs(self, group: AgentGroup, observations: torch.Tensor, train: bool) -> torch.Tensor:
         preprocessor = self.observation_preprocessors[id(group.models["policy"])]
@@ -176,12 +189,9 @@ class MultiAgentPPO(MultiAgent):
     def _values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
                 train: bool = False) -> torch.Tensor:
         """Values ``(batch, group, 1)`` in return units (value normalisation undone)."""
-        value = group.models["value"]
-        predicted, _, _ = value.act({"observations": self.value_inputs(group, observations, states, train)}, "value")
-        normaliser = self.value_preprocessors[id(value)]
-        if normaliser is not None:
-            predicted = normaliser(predicted, inverse=True)
-        return predicted.unflatten(0, observations.shape[:2])
+        predicted = self.predict_values(group, observations, states, train)
+        normaliser = self.value_preprocessors[id(group.models["value"])]
+        return predicted if normaliser is None else normaliser(predicted, inverse=True)
 
     # ----------------------------------------------------------------------------- hooks
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
@@ -301,8 +311,7 @@ class MultiAgentPPO(MultiAgent):
         policy_loss = -masked_mean(surrogate, active)
         entropy_loss = -self.group_value("entropy_loss_scale", group) * masked_mean(outputs["entropy"], active)
 
-        predicted, _, _ = value.act({"observations": self.value_inputs(group, batch["observations"],
-                                                                        batch.get("states"))}, role="value")
+        predicted = self.predict_values(group, batch["observations"], batch.get("states")).flatten(0, 1)
         returns, old_values = batch["returns"].flatten(0, 1), batch["values"].flatten(0, 1)
         normaliser = self.value_preprocessors[id(value)]
         if normaliser is not None:

@@ -20,17 +20,20 @@ class Model(nn.Module):
     Args:
         observation_space: space of the input (an agent's observation or the global state).
         action_space: space of the actions the model outputs, if it outputs actions.
+        output_size: number of outputs of a model that does not output actions (a critic with
+            one value per agent, say); default: the flattened action size, or 1 with no action space.
         device: where the parameters live.
     """
 
     def __init__(self, *, observation_space: gymnasium.Space, action_space: Optional[gymnasium.Space] = None,
-                 device: Union[str, torch.device, None] = None) -> None:
+                 output_size: Optional[int] = None, device: Union[str, torch.device, None] = None) -> None:
         super().__init__()
         self.observation_space = observation_space
         self.action_space = action_space
         self.num_observations = flat_size(observation_space)
         self.num_actions = flat_size(action_space) if action_space is not None else 0
         self.action_columns = action_size(action_space) if action_space is not None else 0
+        self.num_outputs = int(output_size) if output_size is not None else (self.num_actions or 1)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
 
     def compute(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, Dict[str, Any]]:
@@ -45,18 +48,22 @@ class Model(nn.Module):
         """Same as :meth:`act`."""
         return self.act(inputs, role)
 
-    def check_input_size(self, *, expected: int, what: str) -> None:
-        """Raise ``ValueError`` if this model does not take ``expected`` inputs (``what`` names the caller)."""
+    def check_input_size(self, *, expected: int, what: str, outputs: Optional[int] = None) -> None:
+        """Raise ``ValueError`` if this model does not take ``expected`` inputs or, when ``outputs`` is
+        given, does not return that many values per sample (``what`` names the caller)."""
         if self.num_observations != expected:
             raise ValueError(f"{what}: the model {type(self).__name__} was built for {self.num_observations} inputs "
                              f"(observation_space={self.observation_space}) but will be fed {expected}")
         sample = torch.zeros(2, expected, device=self.device)
         try:
             with torch.no_grad():
-                self.compute({"observations": sample}, role="check")
+                output, _ = self.compute({"observations": sample}, role="check")
         except RuntimeError as error:
             raise ValueError(f"{what}: the model {type(self).__name__} fails on a ({2}, {expected}) input batch; "
                              f"its layers do not match its observation space: {error}") from error
+        if outputs is not None and tuple(output.shape) != (2, outputs):
+            raise ValueError(f"{what}: the model {type(self).__name__} returns {tuple(output.shape[1:])} values per "
+                             f"sample, expected {outputs}")
 
     def update_parameters(self, source: nn.Module, *, polyak: float = 1.0) -> None:
         """Copy (``polyak=1``) or soft-update (``θ ← polyak·θ_source + (1−polyak)·θ``) from ``source``."""

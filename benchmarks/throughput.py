@@ -1,0 +1,132 @@
+"""Throughput benchmark: env-only stepping against training, and scaling with the number of agents.
+
+    python benchmarks/throughput.py            # full run, about 4 minutes
+    python benchmarks/throughput.py --quick    # smoke run
+
+Figures (env steps per second; one env step = one joint step of one env copy):
+
+1. env-only rate on MPE simple_spread with ``--num-envs`` copies in one process (random actions);
+2. env-only rate with the copies in 2 worker processes, and its ratio to (1);
+3. MAPPO training rate (the example's config, act + env + record + update) in one process,
+   and its ratio to (1);
+4. per-step cost of MAPPO training with shared parameters on a batched synthetic env whose
+   step costs nearly nothing, for 3 and 30 agents, and their ratio.
+
+Each figure is the best of ``--repeats`` runs (the machine's other load only slows a run
+down). Run it on an otherwise idle machine. Results go to benchmarks/results/throughput.json.
+"""
+
+import argparse
+import importlib.util
+import json
+import pathlib
+import platform
+import sys
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from synthetic import SyntheticEnv  # noqa: E402
+
+from marlparts.trainers import SequentialTrainer  # noqa: E402
+from marlparts.utils import set_seed  # noqa: E402
+
+
+def load_example(path: pathlib.Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def env_only_rate(make_env, num_envs: int, workers: int, steps: int) -> float:
+    env = make_env(num_envs, workers, 0)
+    env.reset()
+    generator = torch.Generator().manual_seed(0)
+    sizes = {uid: env.action_space(uid).n for uid in env.possible_agents}
+    for _ in range(20):
+        env.step({uid: torch.randint(0, n, (num_envs, 1), generator=generator) for uid, n in sizes.items()})
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step({uid: torch.randint(0, n, (num_envs, 1), generator=generator) for uid, n in sizes.items()})
+    seconds = time.perf_counter() - start
+    env.close()
+    return steps * num_envs / seconds
+
+
+def training_rate(example, env, steps: int, directory: str) -> float:
+    """Env steps per second of the example's agent training on ``env`` (warm-up update excluded)."""
+    set_seed(0)
+    agent = example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
+                                                           "directory": directory})
+    rollouts = agent.cfg["rollouts"]
+    warmup = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": rollouts, "disable_progressbar": True})
+    warmup.train()
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True})
+    start = time.perf_counter()
+    trainer.train()
+    return steps * env.num_envs / (time.perf_counter() - start)
+
+
+def best(function, repeats: int) -> float:
+    return max(function() for _ in range(repeats))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=1000, help="vectorized steps per timing (a multiple of 100)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
+    parser.add_argument("--output", default=str(ROOT / "benchmarks/results/throughput.json"))
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeats = 200, 1
+    torch.set_num_threads(1)
+    mappo = load_example(ROOT / "examples/mpe/simple_spread_mappo.py")
+    directory = "/tmp/marlparts_throughput"
+    results = {"machine": platform.processor() or platform.machine(), "num_envs": args.num_envs,
+               "torch_threads": torch.get_num_threads(), "steps_per_timing": args.steps, "repeats": args.repeats}
+
+    def report(key, value, text):
+        results[key] = value
+        print(text.format(value), flush=True)
+
+    env_rate = best(lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps), args.repeats)
+    report("env_only_steps_per_s", env_rate, "env-only, one process:           {:8.0f} env steps/s")
+    worker_rate = best(lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps), args.repeats)
+    report("env_only_workers_steps_per_s", worker_rate,
+           f"env-only, {args.workers} worker processes:      {{:8.0f}} env steps/s")
+    report("workers_over_single_process", worker_rate / env_rate, "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
+
+    def mappo_rate():
+        env = mappo.make_env(args.num_envs, 0, 0)
+        rate = training_rate(mappo, env, args.steps, directory)
+        env.close()
+        return rate
+
+    train_rate = best(mappo_rate, args.repeats)
+    report("mappo_training_steps_per_s", train_rate, "MAPPO training, one process:     {:8.0f} env steps/s")
+    report("mappo_over_env_only", train_rate / env_rate, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
+
+    costs = {}
+    for agents in (3, 30):
+        rate = best(lambda: training_rate(mappo, SyntheticEnv(agents, num_envs=args.num_envs), args.steps, directory),
+                    args.repeats)
+        costs[agents] = 1e3 * args.num_envs / rate
+        report(f"mappo_ms_per_step_{agents}_agents", costs[agents],
+               f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
+    report("scaling_30_over_3_agents", costs[30] / costs[3], "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
+
+    output = pathlib.Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    print(f"written to {output}")
+
+
+if __name__ == "__main__":
+    main()

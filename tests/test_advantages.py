@@ -1,0 +1,75 @@
+import pytest
+import torch
+
+from marlparts.agents.advantages import compute_gae
+
+
+def hand_gae(rewards, values, terminated, truncated, final_values, last_value, gamma, lam):
+    """Reference GAE for one env copy, written with plain Python floats."""
+    T = len(rewards)
+    advantages = [0.0] * T
+    running = 0.0
+    for t in reversed(range(T)):
+        if terminated[t]:
+            next_value, continues = 0.0, 0.0
+        elif truncated[t]:
+            next_value, continues = final_values[t], 0.0
+        else:
+            next_value = values[t + 1] if t + 1 < T else last_value
+            continues = 1.0
+        delta = rewards[t] + gamma * next_value - values[t]
+        running = delta + gamma * lam * continues * running
+        advantages[t] = running
+    return advantages
+
+
+def test_gae_matches_hand_computation_with_termination_and_truncation():
+    gamma, lam = 0.9, 0.8
+    # two env copies, six steps: copy 0 terminates at t=1, copy 1 is truncated at t=3
+    rewards = torch.tensor([[1.0, 0.5], [2.0, 0.0], [0.0, 1.0], [1.0, 3.0], [0.5, 0.0], [1.0, 2.0]])
+    values = torch.tensor([[0.3, 0.2], [0.1, 0.4], [0.5, 0.6], [0.2, 0.9], [0.7, 0.1], [0.4, 0.3]])
+    terminated = torch.zeros(6, 2, dtype=torch.bool)
+    truncated = torch.zeros(6, 2, dtype=torch.bool)
+    terminated[1, 0] = True
+    truncated[3, 1] = True
+    final_values = torch.zeros(6, 2)
+    final_values[3, 1] = 5.0
+    last_values = torch.tensor([0.25, 0.75])
+    advantages, returns = compute_gae(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
+                                      final_values=final_values, last_values=last_values,
+                                      discount_factor=gamma, lambda_coefficient=lam)
+    for e in range(2):
+        expected = hand_gae(rewards[:, e].tolist(), values[:, e].tolist(), terminated[:, e].tolist(),
+                            truncated[:, e].tolist(), final_values[:, e].tolist(), last_values[e].item(), gamma, lam)
+        assert advantages[:, e].tolist() == pytest.approx(expected, abs=1e-6)
+    assert torch.allclose(returns, advantages + values)
+    # spot values worked out by hand
+    # copy 0, t=1 terminated: advantage = r - V = 2.0 - 0.1
+    assert advantages[1, 0].item() == pytest.approx(1.9)
+    # copy 1, t=3 truncated: advantage = r + gamma * V(final) - V = 3 + 0.9 * 5 - 0.9
+    assert advantages[3, 1].item() == pytest.approx(6.6)
+    # copy 1, t=5 last step bootstraps from last_values: 2 + 0.9 * 0.75 - 0.3
+    assert advantages[5, 1].item() == pytest.approx(2.375)
+
+
+def test_truncation_bootstraps_and_termination_does_not():
+    kwargs = dict(rewards=torch.zeros(1, 1), values=torch.zeros(1, 1), final_values=torch.ones(1, 1),
+                  last_values=torch.full((1,), 7.0), discount_factor=1.0, lambda_coefficient=1.0)
+    truncated_adv, _ = compute_gae(terminated=torch.zeros(1, 1, dtype=torch.bool),
+                                   truncated=torch.ones(1, 1, dtype=torch.bool), **kwargs)
+    terminated_adv, _ = compute_gae(terminated=torch.ones(1, 1, dtype=torch.bool),
+                                    truncated=torch.zeros(1, 1, dtype=torch.bool), **kwargs)
+    assert truncated_adv.item() == 1.0  # value of the final observation, not of the next episode (7)
+    assert terminated_adv.item() == 0.0
+
+
+def test_gae_works_on_an_agent_axis():
+    torch.manual_seed(0)
+    shape = (5, 3, 2, 1)
+    kwargs = dict(rewards=torch.randn(shape), values=torch.randn(shape), terminated=torch.rand(shape) < 0.2,
+                  truncated=torch.zeros(shape, dtype=torch.bool), final_values=torch.zeros(shape),
+                  last_values=torch.randn(shape[1:]), discount_factor=0.99, lambda_coefficient=0.95)
+    advantages, _ = compute_gae(**kwargs)
+    single, _ = compute_gae(**{k: (v[:, :, 1] if torch.is_tensor(v) and v.dim() == 4 else v[:, 1] if torch.is_tensor(v)
+                                   else v) for k, v in kwargs.items()})
+    assert torch.allclose(advantages[:, :, 1], single)

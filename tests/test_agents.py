@@ -1,0 +1,263 @@
+import os
+
+import pytest
+import torch
+from helpers import Policy, Value, build_mappo, parameters_vector
+from mpe2 import simple_spread_v3
+from toy_envs import CountingEnv
+
+from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.envs import EnvCopyError, wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+
+
+def spread(num_envs=4, seed=0):
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=num_envs, seed=seed)
+
+
+def test_unknown_config_key_suggests_the_closest(tmp_path):
+    with pytest.raises(KeyError, match=r"'learning_rat'.*did you mean 'learning_rate'"):
+        build_mappo(spread(), directory=str(tmp_path), cfg={"learning_rat": 1e-3})
+    with pytest.raises(KeyError, match=r"\['experiment'\]\['directry'\].*'directory'"):
+        build_mappo(spread(), directory=str(tmp_path), cfg={"experiment": {"directry": "x"}})
+
+
+def test_default_config_copy_is_deep():
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg["experiment"]["directory"] = "elsewhere"
+    assert MAPPO_DEFAULT_CONFIG["experiment"]["directory"] == "runs"
+
+
+def test_missing_agent_or_role_in_models_and_memories_is_named():
+    env = spread()
+    agent = build_mappo(env)
+    models = dict(agent.models)
+    memories = {u: RandomMemory(memory_size=4, num_envs=4) for u in env.possible_agents}
+    common = dict(possible_agents=env.possible_agents, observation_spaces=env.observation_spaces,
+                  action_spaces=env.action_spaces, state_spaces=env.state_spaces)
+    without_agent = {u: m for u, m in models.items() if u != "agent_1"}
+    with pytest.raises(KeyError, match=r"models.*agent_1"):
+        MAPPO(models=without_agent, memories=memories, **common)
+    without_role = dict(models, agent_2={"policy": models["agent_2"]["policy"]})
+    with pytest.raises(KeyError, match=r"models\['agent_2'\].*'value'"):
+        MAPPO(models=without_role, memories=memories, **common)
+    with pytest.raises(KeyError, match=r"memories.*agent_0"):
+        MAPPO(models=models, memories={u: m for u, m in memories.items() if u != "agent_0"}, **common)
+
+
+def test_value_model_of_wrong_input_size_is_named():
+    env = spread()
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    value = Value(observation_space=env.state_space)  # one output, but MAPPO's default wants one per agent
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['value'\].*agent_specific_values.*returns \(1,\).*expected 3"):
+        MAPPO(possible_agents=env.possible_agents, models={u: {"policy": policy, "value": value} for u in env.possible_agents},
+              memories={u: RandomMemory(memory_size=100, num_envs=4) for u in env.possible_agents},
+              observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, state_spaces=env.state_spaces)
+
+
+def test_groups_follow_model_identity():
+    env = spread()
+    shared = build_mappo(env, share=True)
+    assert [g.uids for g in shared.groups] == [["agent_0", "agent_1", "agent_2"]]
+    assert len(shared.optimizers) == 2
+    separate = build_mappo(env, share=False)
+    assert [g.uids for g in separate.groups] == [["agent_0"], ["agent_1"], ["agent_2"]]
+    assert len(separate.optimizers) == 6
+
+
+def _collect_rollout(agent, env, steps):
+    obs, infos = env.reset()
+    states = env.state()
+    agent.init({"timesteps": steps})
+    for t in range(steps):
+        actions = agent.act(obs, states, infos, t, steps)
+        next_obs, rewards, terminated, truncated, infos = env.step(actions)
+        next_states = env.state()
+        agent.record_transition(observations=obs, states=states, actions=actions, rewards=rewards,
+                                next_observations=next_obs, next_states=next_states, terminated=terminated,
+                                truncated=truncated, infos=infos, timestep=t, timesteps=steps)
+        obs, states = next_obs, next_states
+
+
+def test_shared_policy_gradient_equals_mean_of_per_agent_losses(tmp_path):
+    set_seed(0)
+    env = spread()
+    agent = build_mappo(env, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    _collect_rollout(agent, env, 4)
+    agent.compute_advantages()
+    group = agent.groups[0]
+    policy = group.models["policy"]
+    indexes = torch.arange(len(group.memory))
+
+    policy.zero_grad()
+    losses = agent.group_losses(group, indexes)
+    losses["policy"].backward()
+    batched = [p.grad.clone() for p in policy.parameters()]
+
+    # the same loss, agent by agent, from the stored samples
+    names = ["observations", "actions", "log_prob", "advantages"]
+    obs, actions, old_log_prob, advantages = group.memory.sample_by_index(names, indexes)
+    policy.zero_grad()
+    per_agent = []
+    for i in range(group.size):
+        inputs = {"observations": agent._policy_inputs(group, obs[:, i:i + 1], train=False),
+                  "taken_actions": actions[:, i]}
+        _, log_prob, _ = policy.act(inputs, "policy")
+        ratio = (log_prob - old_log_prob[:, i]).exp()
+        surrogate = torch.min(ratio * advantages[:, i], ratio.clamp(0.8, 1.2) * advantages[:, i])
+        per_agent.append(-surrogate.mean())
+    torch.stack(per_agent).mean().backward()
+    for a, b in zip(batched, (p.grad for p in policy.parameters())):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_one_optimizer_step_per_model_per_minibatch(tmp_path):
+    env = spread()
+    agent = build_mappo(env, share=False, directory=str(tmp_path),
+                        cfg={"learning_epochs": 3, "mini_batches": 2, "experiment": {"tensorboard": False}})
+    _collect_rollout(agent, env, 4)
+    counts = {}
+    for key, optimizer in agent.optimizers.items():
+        original = optimizer.step
+
+        def counted(*args, _key=key, _original=original, **kwargs):
+            counts[_key] = counts.get(_key, 0) + 1
+            return _original(*args, **kwargs)
+
+        optimizer.step = counted
+    agent.update(3, 4)
+    assert len(counts) == 6 and set(counts.values()) == {6}
+
+
+def test_eval_is_greedy_and_save_load_restores_greedy_actions(tmp_path):
+    set_seed(1)
+    env = spread()
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=4)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True})
+    trainer.train()
+    obs, infos = env.reset()
+    agent.set_mode("eval")
+    first = agent.act(obs, env.state(), infos, 0, 0)
+    second = agent.act(obs, env.state(), infos, 0, 0)
+    for uid in env.possible_agents:
+        assert torch.equal(first[uid], second[uid])
+        logits = agent.models[uid]["policy"].compute(
+            {"observations": agent._policy_inputs(agent.groups[0], obs[uid].unsqueeze(1), train=False)})[0]
+        assert torch.equal(first[uid], logits.argmax(-1, keepdim=True))
+    path = str(tmp_path / "agent.pt")
+    agent.save(path)
+    set_seed(2)
+    fresh = build_mappo(env, directory=str(tmp_path / "other"), rollouts=4)
+    fresh.load(path)
+    fresh.set_mode("eval")
+    restored = fresh.act(obs, env.state(), infos, 0, 0)
+    for uid in env.possible_agents:
+        assert torch.equal(first[uid], restored[uid])
+
+
+def test_checkpoint_load_reads_no_code(tmp_path):
+    agent = build_mappo(spread(), directory=str(tmp_path))
+    path = tmp_path / "evil.pt"
+    torch.save({"modules": {}, "payload": os.system}, path)
+    with pytest.raises(Exception, match="(?i)weights_only|unsupported|global"):
+        agent.load(str(path))
+
+
+def test_same_seed_gives_same_first_updates(tmp_path):
+    results = []
+    for _ in range(2):
+        set_seed(7)
+        env = spread(seed=7)
+        agent = build_mappo(env, directory=str(tmp_path), rollouts=4)
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 12, "disable_progressbar": True}).train()
+        results.append([parameters_vector(m) for m in agent.distinct_models()])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_failed_run_keeps_written_checkpoints_and_logs(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=100, leave_at=99, raise_at=9), num_envs=2, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=2,
+                        cfg={"experiment": {"checkpoint_interval": 4, "write_interval": 2, "experiment_name": "run"}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 20, "disable_progressbar": True})
+    with pytest.raises(EnvCopyError, match="copy 0 raised in step"):
+        trainer.train()
+    folder = tmp_path / "run" / "checkpoints"
+    assert sorted(os.listdir(folder)) == ["agent_4.pt", "agent_8.pt"]
+    fresh = build_mappo(env, directory=str(tmp_path / "x"), rollouts=2)
+    fresh.load(str(folder / "agent_8.pt"))
+    assert fresh.timestep == 8
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(tmp_path / "run"))
+
+
+def test_inactive_steps_are_left_out_of_the_losses(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=6, leave_at=2), num_envs=2, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=6, cfg={"experiment": {"tensorboard": False}})
+    _collect_rollout(agent, env, 6)
+    active = agent.groups[0].memory.get_tensor_by_name("active")
+    # agent_1 acts at steps 0 and 1 (it terminates on step 2's transition: t=1) and is inactive after
+    assert active[:, 0, 1, 0].tolist() == [True, True, False, False, False, False]
+    assert active[:, :, [0, 2]].all()
+    agent.compute_advantages()
+    group = agent.groups[0]
+    indexes = torch.arange(len(group.memory))
+    baseline = agent.group_losses(group, indexes)["policy"]
+    # corrupt what is stored for the inactive steps: the losses must not change
+    memory = group.memory
+    advantages = memory.get_tensor_by_name("advantages").clone()
+    advantages[~active] = 1e6
+    memory.set_tensor_by_name("advantages", advantages)
+    assert torch.allclose(agent.group_losses(group, indexes)["policy"], baseline)
+
+
+def test_per_agent_config_must_agree_within_a_group(tmp_path):
+    env = spread()
+    per_agent = {"agent_0": 0.01, "agent_1": 0.02, "agent_2": 0.01}
+    separate = build_mappo(env, share=False, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
+    assert [separate.group_value("entropy_loss_scale", g) for g in separate.groups] == [0.01, 0.02, 0.01]
+    shared = build_mappo(env, share=True, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
+    with pytest.raises(ValueError, match="differs within the group"):
+        shared.group_value("entropy_loss_scale", shared.groups[0])
+
+
+def test_memory_for_the_wrong_number_of_envs_is_named(tmp_path):
+    env = spread(num_envs=4)
+    agent = build_mappo(spread(num_envs=2), directory=str(tmp_path))
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 2, "disable_progressbar": True})
+    with pytest.raises(ValueError, match=r"memories\['agent_0'\].*num_envs=2.*4 copies"):
+        trainer.train()
+
+
+@pytest.mark.parametrize("mode,inputs,outputs", [("outputs", 54, 3), ("one_hot", 57, 1), ("none", 54, 1)])
+def test_mappo_critic_modes(tmp_path, mode, inputs, outputs):
+    env = spread()
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    from helpers import box
+
+    value = Value(observation_space=box(inputs), output_size=outputs)
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=4, agent_specific_values=mode)
+    cfg["experiment"].update(directory=str(tmp_path), tensorboard=False)
+    agent = MAPPO(possible_agents=env.possible_agents,
+                  models={u: {"policy": policy, "value": value} for u in env.possible_agents},
+                  memories={u: RandomMemory(memory_size=4, num_envs=4) for u in env.possible_agents},
+                  observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                  state_spaces=env.state_spaces, cfg=cfg)
+    obs, _ = env.reset()
+    from marlparts.utils import stack_agents
+
+    values = agent.predict_values(agent.groups[0], stack_agents(obs, env.possible_agents), env.state())
+    assert values.shape == (4, 3, 1)
+    if mode == "none":
+        assert torch.equal(values[:, 0], values[:, 1])
+    else:
+        assert not torch.equal(values[:, 0], values[:, 1])
+    _collect_rollout(agent, env, 4)
+    agent.update(3, 4)
+
+
+def test_unknown_critic_mode_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="agent_specific_values.*'per_agent'"):
+        build_mappo(spread(), directory=str(tmp_path), cfg={"agent_specific_values": "per_agent"})

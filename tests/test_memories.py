@@ -1,0 +1,59 @@
+import pytest
+import torch
+
+from marlparts.memories import RandomMemory
+
+
+def filled_memory():
+    memory = RandomMemory(memory_size=4, num_envs=3)
+    memory.create_tensor("x", (2, 1))
+    for t in range(4):
+        memory.add_samples(x=(torch.arange(6, dtype=torch.float32) + 6 * t).reshape(3, 2, 1))
+    return memory
+
+
+def test_sample_all_uses_every_sample_once_per_call_and_shuffles():
+    memory = filled_memory()
+    seen_orders = []
+    for _ in range(2):
+        batches = memory.sample_all(["x"], mini_batches=3)
+        assert len(batches) == 3
+        values = torch.cat([b[0] for b in batches]).flatten()
+        assert sorted(values.tolist()) == list(range(24))
+        seen_orders.append(values.tolist())
+        # the agent axis stays together within a sample
+        stacked = torch.cat([b[0] for b in batches])
+        assert torch.all(stacked[:, 1] - stacked[:, 0] == 1)
+    assert seen_orders[0] != seen_orders[1]
+
+
+def test_wrapping_and_len():
+    memory = RandomMemory(memory_size=2, num_envs=1)
+    memory.create_tensor("x", 1)
+    assert len(memory) == 0
+    for value in range(3):
+        memory.add_samples(x=torch.tensor([[float(value)]]))
+    assert len(memory) == 2 and memory.filled
+    assert memory.get_tensor_by_name("x").flatten().tolist() == [2.0, 1.0]
+
+
+def test_sample_draws_from_stored_samples():
+    memory = filled_memory()
+    (x,) = memory.sample(["x"], batch_size=50)
+    assert x.shape == (50, 2, 1) and x.min() >= 0 and x.max() <= 23
+
+
+def test_bad_sample_shape_and_unknown_name_are_clear():
+    memory = filled_memory()
+    with pytest.raises(ValueError, match=r"'x'.*\(3, 2, 1\).*\(3, 1\)"):
+        memory.add_samples(x=torch.zeros(3, 1))
+    with pytest.raises(KeyError, match="'y'"):
+        memory.get_tensor_by_name("y")
+
+
+def test_save_and_load(tmp_path):
+    memory = filled_memory()
+    memory.save(str(tmp_path / "memory.pt"))
+    other = RandomMemory(memory_size=4, num_envs=3)
+    other.load(str(tmp_path / "memory.pt"))
+    assert torch.equal(other.get_tensor_by_name("x"), memory.get_tensor_by_name("x")) and other.filled

@@ -1,0 +1,85 @@
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from marlparts.models import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, mlp
+
+OBS = gymnasium.spaces.Box(-1, 1, (4,), np.float32)
+
+
+class Policy(CategoricalMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class Gaussian(GaussianMixin, Model):
+    clip_actions = True
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions)
+        self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class Value(DeterministicMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(3, 1)  # deliberately not the observation size when the space is bigger
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def test_categorical_masks_and_greedy_action():
+    torch.manual_seed(0)
+    policy = Policy(observation_space=OBS, action_space=gymnasium.spaces.Discrete(5))
+    obs = torch.randn(256, 4)
+    mask = torch.ones(256, 5, dtype=torch.bool)
+    mask[:, 2] = False
+    actions, log_prob, outputs = policy.act({"observations": obs, "action_mask": mask})
+    assert actions.shape == (256, 1) and actions.dtype == torch.long and log_prob.shape == (256, 1)
+    assert not (actions == 2).any()
+    assert torch.equal(outputs["mean_actions"], outputs["logits"].argmax(-1, keepdim=True))
+    assert not (outputs["mean_actions"] == 2).any()
+    _, taken_log_prob, _ = policy.act({"observations": obs, "action_mask": mask, "taken_actions": actions})
+    assert torch.allclose(taken_log_prob, log_prob)
+
+
+def test_gaussian_log_prob_clip_and_mean():
+    torch.manual_seed(0)
+    space = gymnasium.spaces.Box(-0.5, 0.5, (2,), np.float32)
+    policy = Gaussian(observation_space=OBS, action_space=space)
+    obs = torch.randn(64, 4)
+    actions, log_prob, outputs = policy.act({"observations": obs})
+    assert actions.shape == (64, 2) and actions.abs().max() <= 0.5
+    mean = outputs["mean_actions"]
+    expected = torch.distributions.Normal(mean, 1.0).log_prob(mean).sum(-1, keepdim=True)
+    _, at_mean, _ = policy.act({"observations": obs, "taken_actions": mean})
+    assert torch.allclose(at_mean, expected)
+
+
+def test_input_size_mismatch_is_named():
+    value = Value(observation_space=gymnasium.spaces.Box(-1, 1, (3,), np.float32))
+    value.check_input_size(expected=3, what="value of agent_0")
+    with pytest.raises(ValueError, match=r"agent_0.*built for 3 inputs.*fed 5"):
+        value.check_input_size(expected=5, what="value of agent_0")
+    wrong_layers = Value(observation_space=gymnasium.spaces.Box(-1, 1, (6,), np.float32))
+    with pytest.raises(ValueError, match=r"agent_1.*layers do not match"):
+        wrong_layers.check_input_size(expected=6, what="value of agent_1")
+
+
+def test_polyak_update():
+    source = Policy(observation_space=OBS, action_space=gymnasium.spaces.Discrete(2))
+    target = Policy(observation_space=OBS, action_space=gymnasium.spaces.Discrete(2))
+    before = [p.clone() for p in target.parameters()]
+    target.update_parameters(source, polyak=0.25)
+    for t, b, s in zip(target.parameters(), before, source.parameters()):
+        assert torch.allclose(t, 0.75 * b + 0.25 * s)

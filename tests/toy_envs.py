@@ -1,0 +1,88 @@
+"""Small PettingZoo Parallel envs written for the tests: deterministic and fast."""
+
+import functools
+
+import gymnasium
+import numpy as np
+from pettingzoo import ParallelEnv
+
+
+class CountingEnv(ParallelEnv):
+    """Three agents; observation = [step, agent index, last action]; reward = action taken.
+
+    ``agent_1`` leaves the episode (terminated) at step ``leave_at``; the episode is truncated
+    for everyone at ``max_steps``. With ``masked=True`` observations are
+    ``{"observation", "action_mask"}`` dicts where action 0 is forbidden on odd steps.
+    ``nan_at`` puts a NaN into ``agent_2``'s observation at that step; ``raise_at`` raises in step.
+    """
+
+    metadata = {"name": "counting_v0", "render_modes": ["rgb_array"]}
+
+    def __init__(self, max_steps=5, leave_at=3, masked=False, nan_at=None, raise_at=None, nan_reward_at=None,
+                 render_mode=None):
+        self.possible_agents = ["agent_0", "agent_1", "agent_2"]
+        self.max_steps, self.leave_at, self.masked = max_steps, leave_at, masked
+        self.nan_at, self.raise_at, self.nan_reward_at = nan_at, raise_at, nan_reward_at
+        self.render_mode = render_mode
+        self.agents = []
+        self.t = 0
+        self.seed_used = None
+
+    @functools.lru_cache(maxsize=None)
+    def observation_space(self, agent):
+        box = gymnasium.spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
+        if self.masked:
+            return gymnasium.spaces.Dict({"observation": box, "action_mask": gymnasium.spaces.MultiBinary(4)})
+        return box
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(4)
+
+    def _obs(self, agent, action=0.0):
+        value = np.array([self.t, self.possible_agents.index(agent), action], dtype=np.float32)
+        if self.nan_at is not None and self.t == self.nan_at and agent == "agent_2":
+            value[0] = np.nan
+        if self.masked:
+            mask = np.ones(4, dtype=np.int8)
+            mask[0] = 0 if self.t % 2 == 1 else 1
+            return {"observation": value, "action_mask": mask}
+        return value
+
+    def reset(self, seed=None, options=None):
+        self.seed_used = seed
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        if self.raise_at is not None and self.t == self.raise_at:
+            raise RuntimeError("simulated failure")
+        obs = {a: self._obs(a, float(actions[a])) for a in self.agents}
+        rewards = {a: float(actions[a]) for a in self.agents}
+        if self.nan_reward_at is not None and self.t == self.nan_reward_at:
+            rewards["agent_0"] = float("inf")
+        terminated = {a: (a == "agent_1" and self.t == self.leave_at) for a in self.agents}
+        truncated = {a: self.t >= self.max_steps for a in self.agents}
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return obs, rewards, terminated, truncated, infos
+
+    def state(self):
+        return np.array([self.t, len(self.agents)], dtype=np.float32)
+
+    def render(self):
+        return np.full((4, 4, 3), self.t, dtype=np.uint8)
+
+
+class ContinuousEnv(CountingEnv):
+    """CountingEnv with a ``Box(-1, 1, (2,))`` action; reward = first action component."""
+
+    @functools.lru_cache(maxsize=None)
+    def action_space(self, agent):
+        return gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+    def step(self, actions):
+        assert all(np.all(np.abs(a) <= 1.0) for a in actions.values()), "actions outside the Box"
+        return super().step({a: float(v[0]) for a, v in actions.items()})
