@@ -80,8 +80,8 @@ class SequentialTrainer(Trainer):
         ``cfg["stochastic_evaluation"]``; nothing is stored or learned.
 
         Returns:
-            ``{"mean_return": mean over episodes and agents, "returns": {agent_id: mean},
-            "episodes": number collected}``.
+            A dict: ``"mean_return"`` (mean over episodes and agents), ``"returns"`` (agent id to
+            its mean) and ``"episodes"`` (the number collected).
         """
         env = self.env
         episodes = int(episodes or self.cfg["eval_episodes"])
