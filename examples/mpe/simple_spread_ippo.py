@@ -45,7 +45,8 @@ class Value(DeterministicMixin, Model):
 def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0) -> MultiAgentEnv:
     """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies."""
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5),
-                    num_envs=num_envs, workers=workers, seed=seed)
+                    num_envs=num_envs, workers=workers, seed=seed,
+                    state_source="observations")  # equals mpe2's state(), without recomputing it
 
 
 def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_ippo", **overrides) -> IPPO:

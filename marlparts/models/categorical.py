@@ -21,7 +21,7 @@ class CategoricalMixin:
         mask = inputs.get("action_mask")
         if mask is not None:
             logits = logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min)
-        distribution = Categorical(logits=logits)
+        distribution = Categorical(logits=logits, validate_args=False)
         taken = inputs.get("taken_actions")
         actions = distribution.sample().unsqueeze(-1) if taken is None else taken.long()
         log_prob = distribution.log_prob(actions.squeeze(-1)).unsqueeze(-1)

@@ -26,7 +26,7 @@ class GaussianMixin:
         if log_std is None:
             raise AttributeError(f"{type(self).__name__}: define a `log_std` parameter or return extras['log_std']")
         log_std = log_std.clamp(self.min_log_std, self.max_log_std).expand_as(mean)
-        distribution = Normal(mean, log_std.exp())
+        distribution = Normal(mean, log_std.exp(), validate_args=False)
         taken = inputs.get("taken_actions")
         actions = distribution.rsample() if taken is None else taken
         log_prob = distribution.log_prob(actions).sum(dim=-1, keepdim=True)

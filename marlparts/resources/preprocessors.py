@@ -34,12 +34,12 @@ class RunningStandardScaler(nn.Module):
 
     def update(self, x: torch.Tensor) -> None:
         """Fold the batch ``x`` (``(..., size)``) into the running statistics."""
-        x = x.detach().reshape(-1, x.shape[-1]).double()
+        x = x.detach().reshape(-1, x.shape[-1])
         batch_count = x.shape[0]
         if batch_count == 0:
             return
-        batch_mean = x.mean(dim=0)
-        batch_variance = x.var(dim=0, unbiased=False)
+        batch_variance, batch_mean = torch.var_mean(x, dim=0, unbiased=False)
+        batch_variance, batch_mean = batch_variance.double(), batch_mean.double()
         delta = batch_mean - self.running_mean
         total = self.current_count + batch_count
         m2 = (self.running_variance * self.current_count + batch_variance * batch_count

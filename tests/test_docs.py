@@ -1,0 +1,50 @@
+import pathlib
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def test_readme_quick_start_runs_as_written(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert blocks, "README has no python block"
+    script = tmp_path / "quick_start.py"
+    script.write_text(blocks[0])
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "'mean_return':" in done.stdout and "'episodes': 20" in done.stdout
+    assert list((tmp_path / "runs" / "spread").glob("*/events.out.tfevents.*"))
+
+
+def test_docs_build_without_warnings(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(ROOT / "docs"),
+                           str(tmp_path / "html")], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "html" / "api.html").exists()
+
+
+def test_every_public_function_and_class_has_a_docstring():
+    import importlib
+    import inspect
+    import pkgutil
+
+    import marlparts
+
+    missing = []
+    for info in pkgutil.walk_packages(marlparts.__path__, "marlparts."):
+        module = importlib.import_module(info.name)
+        if not module.__doc__:
+            missing.append(info.name)
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != info.name:
+                continue
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and not obj.__doc__:
+                missing.append(f"{info.name}.{name}")
+            if inspect.isclass(obj):
+                for attr, member in vars(obj).items():
+                    if not attr.startswith("_") and inspect.isfunction(member) and not member.__doc__:
+                        missing.append(f"{info.name}.{name}.{attr}")
+    assert not missing, missing
