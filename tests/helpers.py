@@ -28,11 +28,11 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def build_mappo(env, *, share=True, rollouts=4, directory="runs/test", cfg=None, algorithm="mappo"):
-    uids = env.possible_agents
+def build_mappo(env, *, share=True, rollouts=4, directory="runs/test", cfg=None, algorithm="mappo", uids=None):
+    uids = list(uids or env.possible_agents)
     obs_space, act_space = env.observation_space(uids[0]), env.action_space(uids[0])
     value_space = env.state_space if algorithm == "mappo" else obs_space
-    outputs = env.num_agents if algorithm == "mappo" else 1
+    outputs = len(uids) if algorithm == "mappo" else 1
     if share:
         policy = Policy(observation_space=obs_space, action_space=act_space)
         value = Value(observation_space=value_space, output_size=outputs)
@@ -46,10 +46,11 @@ def build_mappo(env, *, share=True, rollouts=4, directory="runs/test", cfg=None,
     base["experiment"]["checkpoint_interval"] = 0
     base = merge_config(base, cfg or {})
     memories = {u: RandomMemory(memory_size=rollouts, num_envs=env.num_envs) for u in uids}
-    kwargs = dict(possible_agents=uids, models=models, memories=memories, observation_spaces=env.observation_spaces,
-                  action_spaces=env.action_spaces, device=env.device, cfg=base)
+    kwargs = dict(possible_agents=uids, models=models, memories=memories,
+                  observation_spaces={u: env.observation_space(u) for u in uids},
+                  action_spaces={u: env.action_space(u) for u in uids}, device=env.device, cfg=base)
     if algorithm == "mappo":
-        return MAPPO(state_spaces=env.state_spaces, **kwargs)
+        return MAPPO(state_spaces={u: env.state_space for u in uids}, **kwargs)
     return IPPO(**kwargs)
 
 

@@ -1,0 +1,77 @@
+import pytest
+import torch
+from helpers import build_mappo, parameters_vector
+from mpe2 import simple_spread_v3
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from marlparts.envs import wrap_env
+from marlparts.trainers import EpisodeStatistics, SequentialTrainer
+from marlparts.utils import AgentLayout, AgentTensors
+
+
+def spread(num_envs=4):
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=10), num_envs=num_envs, seed=0)
+
+
+def test_training_writes_episode_returns_and_losses_to_tensorboard(tmp_path):
+    env = spread()
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=10,
+                        cfg={"experiment": {"write_interval": 10, "experiment_name": "tb"}})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 40, "disable_progressbar": True}).train()
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    for tag in ("Episode / return (mean over agents)", "Episode / return / agent_1", "Loss / policy", "Loss / value",
+                "Policy / entropy", "Policy / KL", "Learning rate"):
+        assert tag in tags, tag
+    assert len(events.Scalars("Episode / return (mean over agents)")) >= 3
+
+
+def test_two_algorithms_each_control_their_own_agents(tmp_path):
+    env = spread()
+    pair = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"])
+    solo = build_mappo(env, directory=str(tmp_path), uids=["agent_2"], algorithm="ippo")
+    before = [parameters_vector(pair.models["agent_0"]["policy"]), parameters_vector(solo.models["agent_2"]["policy"])]
+    trainer = SequentialTrainer(env=env, agents=[pair, solo], cfg={"timesteps": 8, "disable_progressbar": True})
+    trainer.train()
+    after = [parameters_vector(pair.models["agent_0"]["policy"]), parameters_vector(solo.models["agent_2"]["policy"])]
+    assert all(not torch.equal(a, b) for a, b in zip(before, after))
+    result = trainer.eval(episodes=4)
+    assert set(result["returns"]) == set(env.possible_agents)
+
+
+def test_trainer_rejects_uncontrolled_and_unknown_agents(tmp_path):
+    env = spread()
+    pair = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"])
+    with pytest.raises(ValueError, match=r"no algorithm controls.*agent_2"):
+        SequentialTrainer(env=env, agents=pair)
+    everyone = build_mappo(env, directory=str(tmp_path))
+    with pytest.raises(ValueError, match=r"agent_0.*controlled by two"):
+        SequentialTrainer(env=env, agents=[everyone, pair])
+
+
+def test_unknown_trainer_config_key_is_named():
+    with pytest.raises(KeyError, match=r"'timestep'.*'timesteps'"):
+        SequentialTrainer(env=spread(), agents=[], cfg={"timestep": 10})
+
+
+def test_episode_statistics_sum_rewards_until_the_copy_ends():
+    layout = AgentLayout(["a", "b"], [1, 1])
+    statistics = EpisodeStatistics(["a", "b"], num_envs=2, device=torch.device("cpu"))
+    rewards = AgentTensors(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), layout)
+    flags = AgentTensors(torch.zeros(2, 2, dtype=torch.bool), layout)
+    assert statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[False], [False]])}).shape == (0, 2)
+    finished = statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[True], [False]])})
+    assert finished.tolist() == [[2.0, 4.0]]
+    finished = statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[False], [True]])})
+    assert finished.tolist() == [[9.0, 12.0]]
+
+
+def test_eval_is_greedy_and_repeatable(tmp_path):
+    env = spread(num_envs=2)
+    agent = build_mappo(env, directory=str(tmp_path))
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 4, "disable_progressbar": True})
+    first = trainer.eval(episodes=2)
+    env2 = spread(num_envs=2)
+    second = SequentialTrainer(env=env2, agents=agent, cfg={"timesteps": 4}).eval(episodes=2)
+    assert first == second and agent.training
