@@ -93,13 +93,16 @@ class Memory:
         """Every stored sample once, shuffled anew on each call, split into ``mini_batches`` batches."""
         return [self.sample_by_index(names, indexes) for indexes in self.minibatch_indexes(mini_batches)]
 
-    def sample(self, names: Sequence[str], batch_size: int) -> List[torch.Tensor]:
-        """``batch_size`` samples drawn uniformly, with replacement, from what is stored."""
+    def sample_indexes(self, batch_size: int) -> torch.Tensor:
+        """``batch_size`` flat indexes drawn uniformly, with replacement, from what is stored."""
         count = len(self)
         if count == 0:
             raise ValueError("cannot sample from an empty memory")
-        indexes = torch.randint(count, (batch_size,), device=self.device)
-        return self.sample_by_index(names, indexes)
+        return torch.randint(count, (batch_size,), device=self.device)
+
+    def sample(self, names: Sequence[str], batch_size: int) -> List[torch.Tensor]:
+        """``batch_size`` samples drawn uniformly, with replacement, from what is stored."""
+        return self.sample_by_index(names, self.sample_indexes(batch_size))
 
     def reset(self) -> None:
         """Forget what is stored (tensors stay allocated)."""

@@ -1,6 +1,7 @@
-"""Preprocessors and learning-rate schedulers used by the algorithms."""
+"""Preprocessors, learning-rate schedulers and exploration noises used by the algorithms."""
 
+from marlparts.resources.noises import GaussianNoise, Noise, OrnsteinUhlenbeckNoise, linear_scale
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
 
-__all__ = ["KLAdaptiveLR", "RunningStandardScaler"]
+__all__ = ["GaussianNoise", "KLAdaptiveLR", "Noise", "OrnsteinUhlenbeckNoise", "RunningStandardScaler", "linear_scale"]

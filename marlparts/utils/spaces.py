@@ -1,6 +1,6 @@
 """Flattening of gymnasium spaces into the flat float vectors that models consume."""
 
-from typing import Any
+from typing import Any, Sequence
 
 import gymnasium
 import numpy as np
@@ -55,4 +55,14 @@ def append_agent_id(space: gymnasium.Space, num_agents: int) -> gymnasium.spaces
     (the MAPPO paper's agent-specific global state).
     """
     size = flat_size(space) + int(num_agents)
+    return gymnasium.spaces.Box(low=-np.inf, high=np.inf, shape=(size,), dtype=np.float32)
+
+
+def joint_space(spaces: Sequence[gymnasium.Space]) -> gymnasium.spaces.Box:
+    """One flat ``Box`` as long as all ``spaces`` flattened one after another.
+
+    The input space of a critic that reads every agent's observation and action:
+    ``joint_space([*env.observation_spaces.values(), *env.action_spaces.values()])``.
+    """
+    size = sum(flat_size(space) for space in spaces)
     return gymnasium.spaces.Box(low=-np.inf, high=np.inf, shape=(size,), dtype=np.float32)

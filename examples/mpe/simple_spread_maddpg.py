@@ -1,0 +1,116 @@
+"""MADDPG with shared parameters on MPE simple_spread (3 agents, 3 landmarks).
+
+One deterministic policy for every agent and one centralised critic that reads every agent's
+observation and action and outputs one Q-value per agent. Continuous actions by default
+(Gaussian exploration noise); ``--discrete`` uses the discrete task with Gumbel-softmax.
+Run ``python examples/mpe/simple_spread_maddpg.py --help`` for the options.
+"""
+
+import argparse
+
+import torch
+from mpe2 import simple_spread_v3
+
+from marlparts.agents import MADDPG, MADDPG_DEFAULT_CONFIG
+from marlparts.envs import MultiAgentEnv, wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import DeterministicMixin, Model, mlp
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+from marlparts.utils.spaces import is_discrete, joint_space
+
+
+class Policy(DeterministicMixin, Model):
+    """An MLP that outputs logits (discrete actions) or actions squashed into the Box (continuous)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(64, 64), activation=torch.nn.ReLU,
+                       output_gain=0.01)
+        self.discrete = is_discrete(self.action_space)
+        if not self.discrete:
+            self.register_buffer("low", torch.as_tensor(self.action_space.low, dtype=torch.float32))
+            self.register_buffer("high", torch.as_tensor(self.action_space.high, dtype=torch.float32))
+
+    def compute(self, inputs, role=""):
+        """Logits, or actions between the Box bounds."""
+        output = self.net(inputs["observations"])
+        if self.discrete:
+            return output, {}
+        return self.low + (self.high - self.low) * torch.sigmoid(output), {}
+
+
+class Critic(DeterministicMixin, Model):
+    """An MLP from every agent's observation and action to one Q-value per agent."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(64, 64), activation=torch.nn.ReLU)
+
+    def compute(self, inputs, role=""):
+        """Q-values for ``inputs["observations"]`` (observations and actions concatenated)."""
+        return self.net(inputs["observations"]), {}
+
+
+def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, discrete: bool = False) -> MultiAgentEnv:
+    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies."""
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
+                                                          continuous_actions=not discrete),
+                    num_envs=num_envs, workers=workers, seed=seed,
+                    state_source="observations")  # equals mpe2's state(), without recomputing it
+
+
+def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_maddpg", algorithm=MADDPG,
+               default_config=MADDPG_DEFAULT_CONFIG, critic_roles=("critic",), **overrides) -> MADDPG:
+    """MADDPG (or a subclass, e.g. MATD3) with one policy and one critic per role shared by every agent."""
+    uid = env.possible_agents[0]
+    policy = Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+    critics = {role: Critic(observation_space=joint_space([*env.observation_spaces.values(), *env.action_spaces.values()]),
+                            output_size=env.num_agents)
+               for role in critic_roles}
+    models = {uid: {"policy": policy, **critics} for uid in env.possible_agents}
+
+    cfg = default_config.copy()
+    cfg["batch_size"] = 1024
+    cfg["learning_starts"] = 100
+    cfg["discount_factor"] = 0.95
+    cfg["polyak"] = 0.01
+    cfg["actor_learning_rate"] = 1e-3
+    cfg["critic_learning_rate"] = 1e-3
+    cfg["exploration"]["noise_kwargs"] = {"std": 0.1}
+    cfg["experiment"]["directory"] = directory
+    cfg.update(overrides)
+    replay_steps = 500_000 // env.num_envs  # half a million transitions per agent
+    memories = {uid: RandomMemory(memory_size=replay_steps, num_envs=env.num_envs) for uid in env.possible_agents}
+    return algorithm(possible_agents=env.possible_agents, models=models, memories=memories,
+                     observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                     state_spaces=env.state_spaces, device=env.device, cfg=cfg)
+
+
+def main() -> None:
+    """Train, save the agent, and print the greedy evaluation over 100 episodes."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--timesteps", type=int, default=2_000_000, help="env steps (all copies counted)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
+    parser.add_argument("--directory", default="runs/simple_spread_maddpg")
+    parser.add_argument("--discrete", action="store_true", help="discrete actions through Gumbel-softmax")
+    args = parser.parse_args()
+
+    set_seed(args.seed)
+    env = make_env(args.num_envs, args.workers, args.seed, discrete=args.discrete)
+    agent = make_agent(env, args.directory)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.timesteps // env.num_envs})
+    trainer.train()
+    agent.save(f"{agent.experiment_dir}/checkpoints/final_agent.pt")
+    result = trainer.eval(episodes=100)
+    print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+          f"(per agent: {', '.join(f'{k} {v:.2f}' for k, v in result['returns'].items())})")
+    print(f"checkpoint: {agent.experiment_dir}/checkpoints/final_agent.pt")
+    env.close()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()

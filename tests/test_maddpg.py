@@ -1,0 +1,234 @@
+import importlib.util
+import pathlib
+
+import pytest
+import torch
+from helpers import box
+from toy_envs import ContinuousEnv, CountingEnv
+
+from marlparts.agents import MADDPG, MADDPG_DEFAULT_CONFIG, MATD3, MATD3_DEFAULT_CONFIG
+from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import DeterministicMixin, Model, mlp
+from marlparts.resources import GaussianNoise, OrnsteinUhlenbeckNoise, linear_scale
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+from marlparts.utils.spaces import joint_space
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+class Net(DeterministicMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(16,))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class RecordingCritic(Net):
+    """Remembers the last input it was given."""
+
+    def compute(self, inputs, role=""):
+        self.last_input = inputs["observations"].detach().clone()
+        return super().compute(inputs, role)
+
+
+def build(env, *, algorithm=MADDPG, share=True, cfg=None, memory_size=64, critic_class=Net, policy_groups=None,
+          critic_outputs=None):
+    uids = env.possible_agents
+    critic_space = joint_space([*env.observation_spaces.values(), *env.action_spaces.values()])
+    roles = ("critic", "critic_2") if algorithm is MATD3 else ("critic",)
+    out = env.action_space(uids[0]).n if hasattr(env.action_space(uids[0]), "n") else env.action_space(uids[0]).shape[0]
+    if policy_groups is None:
+        policy_groups = [uids] if share else [[u] for u in uids]
+    models = {}
+    critics = {role: critic_class(observation_space=critic_space, output_size=critic_outputs or len(uids))
+               for role in roles}
+    for group in policy_groups:
+        policy = Net(observation_space=env.observation_space(group[0]), output_size=out)
+        for uid in group:
+            models[uid] = {"policy": policy, **critics}
+    base = (MATD3_DEFAULT_CONFIG if algorithm is MATD3 else MADDPG_DEFAULT_CONFIG).copy()
+    base.update(batch_size=8, learning_starts=4)
+    base["experiment"].update(tensorboard=False, checkpoint_interval=0)
+    for key, value in (cfg or {}).items():
+        base[key] = value
+    memories = {u: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for u in uids}
+    return algorithm(possible_agents=uids, models=models, memories=memories, observation_spaces=env.observation_spaces,
+                     action_spaces=env.action_spaces, state_spaces=env.state_spaces, cfg=base)
+
+
+def run(agent, env, steps):
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
+
+
+def test_truncated_transitions_store_the_final_observation_and_do_not_count_as_terminal():
+    env = wrap_env(lambda: CountingEnv(max_steps=2, leave_at=99), num_envs=2, seed=0)
+    agent = build(env)
+    run(agent, env, 2)
+    memory = agent.groups[0].memory
+    next_obs = memory.get_tensor_by_name("next_observations")
+    assert next_obs[1, 0, 1, 0].item() == 2.0  # the final observation (step 2), not the reset one (step 0)
+    assert not memory.get_tensor_by_name("terminated")[1].any()
+
+
+def test_target_values_bootstrap_unless_terminated():
+    env = wrap_env(lambda: ContinuousEnv(max_steps=4, leave_at=2), num_envs=1, seed=0)
+    agent = build(env, cfg={"discount_factor": 0.5})  # continuous: the target actions are deterministic
+    run(agent, env, 4)
+    batches = [{name: t for name, t in zip(
+        ["observations", "next_observations", "actions", "rewards", "terminated", "active"],
+        agent.groups[0].memory.sample_by_index(
+            ["observations", "next_observations", "actions", "rewards", "terminated", "active"], torch.arange(4)))}]
+    targets = agent.target_values(batches)[0]
+    terminated = batches[0]["terminated"].squeeze(-1)
+    assert terminated[1, 1] and terminated.sum() == 1  # agent_1 terminated on step 2 (index 1)
+    rewards = batches[0]["rewards"].squeeze(-1)
+    with torch.no_grad():
+        next_actions = agent.joint([agent.target_actions(agent.groups[0], batches[0]["next_observations"])])
+        next_q = agent.next_q_values(agent.groups[0], agent.critic_observations(batches, "next_observations"),
+                                     next_actions)
+    assert torch.allclose(targets, rewards + 0.5 * (~terminated) * next_q)
+    assert targets[1, 1] == rewards[1, 1]
+
+
+def test_critic_reads_every_agents_action_in_agent_order():
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=1, seed=0)
+    # agent_0 and agent_2 share a policy, agent_1 has its own: groups are [0, 2] and [1]
+    agent = build(env, critic_class=RecordingCritic, policy_groups=[["agent_0", "agent_2"], ["agent_1"]])
+    assert [g.uids for g in agent.groups] == [["agent_0", "agent_2"], ["agent_1"]]
+    run(agent, env, 4)
+    names = ["observations", "next_observations", "actions", "rewards", "terminated", "active"]
+    batches = [dict(zip(names, g.memory.sample_by_index(names, torch.arange(4)))) for g in agent.groups]
+    agent.critic_loss(batches, [torch.zeros(4, 2), torch.zeros(4, 1)])
+    critic = agent.groups[0].models["critic"]
+    observations, actions = critic.last_input[:, :9], critic.last_input[:, 9:]
+    # observations are [step, agent index, last action] per agent: the agent index column reads 0, 1, 2
+    assert observations[:, [1, 4, 7]].tolist() == [[0.0, 1.0, 2.0]] * 4
+    stored = {uid: None for uid in env.possible_agents}
+    stored["agent_0"], stored["agent_2"] = batches[0]["actions"][:, 0, 0], batches[0]["actions"][:, 1, 0]
+    stored["agent_1"] = batches[1]["actions"][:, 0, 0]
+    expected = torch.cat([torch.nn.functional.one_hot(stored[uid], 4).float() for uid in env.possible_agents], dim=1)
+    assert torch.equal(actions, expected)
+
+
+def test_polyak_update_of_all_targets():
+    env = wrap_env(lambda: CountingEnv(), num_envs=1, seed=0)
+    agent = build(env, cfg={"polyak": 0.25})
+    for model in agent.distinct_models():
+        for p in model.parameters():
+            p.data.add_(1.0)
+    before = {id(m): [p.clone() for p in agent.targets[id(m)].parameters()] for m in agent.distinct_models()}
+    agent.update_targets()
+    for model in agent.distinct_models():
+        for target, old, source in zip(agent.targets[id(model)].parameters(), before[id(model)], model.parameters()):
+            assert torch.allclose(target, 0.75 * old + 0.25 * source)
+
+
+def test_gumbel_softmax_is_one_hot_forward_with_gradient_backward():
+    env = wrap_env(lambda: CountingEnv(), num_envs=1, seed=0)
+    agent = build(env)
+    logits = torch.randn(64, 3, 4, requires_grad=True)
+    actions = agent.differentiable_actions(agent.groups[0], logits)
+    assert torch.all(actions.sum(-1) == 1) and set(actions.unique().tolist()) == {0.0, 1.0}
+    (actions * torch.arange(4.0)).sum().backward()
+    assert logits.grad is not None and logits.grad.abs().sum() > 0
+
+
+def test_noise_schedules():
+    assert linear_scale(0, initial_scale=1.0, final_scale=0.1, timesteps=10) == 1.0
+    assert linear_scale(5, initial_scale=1.0, final_scale=0.1, timesteps=10) == pytest.approx(0.55)
+    assert linear_scale(50, initial_scale=1.0, final_scale=0.1, timesteps=10) == pytest.approx(0.1)
+    assert linear_scale(50, initial_scale=0.3, final_scale=0.1, timesteps=None) == 0.3
+    torch.manual_seed(0)
+    assert GaussianNoise(std=0.5).sample((20000,)).std().item() == pytest.approx(0.5, rel=0.05)
+    ou = OrnsteinUhlenbeckNoise(theta=0.15, sigma=0.2)
+    samples = torch.stack([ou.sample((2, 3)) for _ in range(200)])
+    lag1 = torch.corrcoef(torch.stack([samples[:-1].flatten(), samples[1:].flatten()]))[0, 1]
+    assert lag1 > 0.7  # temporally correlated
+    ou.reset(torch.tensor([True, False]))
+    assert torch.all(ou.state[0] == 0) and not torch.all(ou.state[1] == 0)
+
+
+def test_continuous_exploration_stays_in_the_box_and_eval_is_greedy():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=4, seed=0)
+    agent = build(env, share=True, cfg={"exploration": {"noise": GaussianNoise, "noise_kwargs": {"std": 5.0},
+                                                        "initial_scale": 1.0, "final_scale": 1.0, "timesteps": None}})
+    obs, infos = env.reset()
+    actions = agent.act(obs, env.state(), infos, 0, 1)
+    assert all(a.abs().max() <= 1.0 for a in actions.values())
+    agent.set_mode("eval")
+    first, second = agent.act(obs, env.state(), infos, 0, 1), agent.act(obs, env.state(), infos, 0, 1)
+    assert all(torch.equal(first[u], second[u]) for u in env.possible_agents)
+    run(agent, env, 8)  # the ContinuousEnv asserts that every action it receives is inside the Box
+
+
+def test_discrete_space_without_gumbel_softmax_is_named():
+    env = wrap_env(lambda: CountingEnv(), num_envs=1)
+    with pytest.raises(ValueError, match=r"agent_0.*Discrete.*gumbel_softmax"):
+        build(env, cfg={"gumbel_softmax": False})
+
+
+def test_critic_of_the_wrong_size_is_named():
+    env = wrap_env(lambda: CountingEnv(), num_envs=1)
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['critic'\].*returns \(1,\).*expected 3"):
+        build(env, critic_outputs=1)
+
+
+def test_memory_smaller_than_the_batch_is_named():
+    env = wrap_env(lambda: CountingEnv(), num_envs=1)
+    with pytest.raises(ValueError, match=r"memories\['agent_0'\].*4 x 1.*batch_size'\] = 8"):
+        build(env, memory_size=4)
+
+
+def test_matd3_uses_the_smaller_twin_and_delays_the_actor():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env, algorithm=MATD3, cfg={"policy_delay": 2})
+    group = agent.groups[0]
+    x, actions = torch.randn(5, 9), torch.rand(5, 6)
+    with torch.no_grad():
+        q1 = agent.q_values(agent.targets[id(group.models["critic"])], x, actions, group.cache["critic_columns"]["critic"])
+        q2 = agent.q_values(agent.targets[id(group.models["critic_2"])], x, actions,
+                            group.cache["critic_columns"]["critic_2"])
+        assert torch.equal(agent.next_q_values(group, x, actions), torch.min(q1, q2))
+    run(agent, env, 4)  # fills the memory up to learning_starts, with one update at step 4
+    policy = group.models["policy"]
+    for _ in range(4):
+        before = [p.clone() for p in policy.parameters()]
+        agent.update(0, 1)
+        moved = any(not torch.equal(b, p) for b, p in zip(before, policy.parameters()))
+        assert moved == (agent.gradient_step % 2 == 0), agent.gradient_step
+
+
+def test_save_and_load_restore_models_targets_and_greedy_actions(tmp_path):
+    set_seed(0)
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env)
+    run(agent, env, 8)
+    agent.save(str(tmp_path / "maddpg.pt"))
+    fresh = build(env)
+    fresh.load(str(tmp_path / "maddpg.pt"))
+    obs, infos = env.reset()
+    agent.set_mode("eval")
+    fresh.set_mode("eval")
+    a, b = agent.act(obs, env.state(), infos, 0, 1), fresh.act(obs, env.state(), infos, 0, 1)
+    assert all(torch.equal(a[u], b[u]) for u in env.possible_agents)
+    for model in agent.distinct_models():
+        name = agent.model_name(model)
+        assert torch.equal(torch.cat([p.flatten() for p in agent.targets[id(model)].parameters()]),
+                           torch.cat([p.flatten() for p in fresh.checkpoint_modules[f"target:{name}"].parameters()]))
+
+
+def test_example_builds_matd3_by_subclass_and_runs():
+    spec = importlib.util.spec_from_file_location("maddpg_example", ROOT / "examples/mpe/simple_spread_maddpg.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    for discrete in (False, True):
+        env = example.make_env(num_envs=2, discrete=discrete)
+        agent = example.make_agent(env, "runs/unused", algorithm=MATD3, default_config=MATD3_DEFAULT_CONFIG,
+                                   critic_roles=("critic", "critic_2"), batch_size=16, learning_starts=8,
+                                   experiment={"tensorboard": False, "checkpoint_interval": 0})
+        run(agent, env, 12)
+        assert agent.gradient_step == 5
