@@ -21,10 +21,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = {
     "mappo": ROOT / "examples/mpe/simple_spread_mappo.py",
     "ippo": ROOT / "examples/mpe/simple_spread_ippo.py",
+    "maddpg": ROOT / "examples/mpe/simple_spread_maddpg.py",
+    "maddpg_discrete": ROOT / "examples/mpe/simple_spread_maddpg.py",
+    "matd3": ROOT / "examples/mpe/simple_spread_matd3.py",
 }
 
 
 def load_example(name: str):
+    sys.path.insert(0, str(EXAMPLES[name].parent))
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES[name])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -55,7 +59,8 @@ def main() -> None:
               "timesteps": args.timesteps, "num_envs": args.num_envs, "overrides": overrides, "seeds": {}}
     for seed in args.seeds:
         set_seed(seed)
-        env = example.make_env(args.num_envs, 0, seed)
+        env = (example.make_env(args.num_envs, 0, seed, discrete=True) if args.algorithm == "maddpg_discrete"
+               else example.make_env(args.num_envs, 0, seed))
         agent = example.make_agent(env, f"{args.directory}/{args.algorithm}_seed{seed}", **overrides)
         trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.timesteps // args.num_envs,
                                                                  "disable_progressbar": True})

@@ -8,7 +8,8 @@ Figures (env steps per second; one env step = one joint step of one env copy):
 1. env-only rate on MPE simple_spread with ``--num-envs`` copies in one process (random actions);
 2. env-only rate with the copies in 2 worker processes, and its ratio to (1);
 3. MAPPO training rate (the example's config, act + env + record + update) in one process,
-   and its ratio to (1);
+   and its ratio to (1); the same for MADDPG (continuous actions, against env-only stepping of
+   the continuous task);
 4. per-step cost of MAPPO training with shared parameters on a batched synthetic env whose
    step costs nearly nothing, for 3 and 30 agents, and their ratio.
 
@@ -42,16 +43,28 @@ def load_example(path: pathlib.Path):
     return module
 
 
+def random_actions(env, generator):
+    """Uniform random actions for every agent, as tensors."""
+    actions = {}
+    for uid in env.possible_agents:
+        space = env.action_space(uid)
+        if hasattr(space, "n"):
+            actions[uid] = torch.randint(0, int(space.n), (env.num_envs, 1), generator=generator)
+        else:
+            low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+            actions[uid] = low + torch.rand(env.num_envs, *space.shape, generator=generator) * (high - low)
+    return actions
+
+
 def env_only_rate(make_env, num_envs: int, workers: int, steps: int) -> float:
     env = make_env(num_envs, workers, 0)
     env.reset()
     generator = torch.Generator().manual_seed(0)
-    sizes = {uid: env.action_space(uid).n for uid in env.possible_agents}
     for _ in range(20):
-        env.step({uid: torch.randint(0, n, (num_envs, 1), generator=generator) for uid, n in sizes.items()})
+        env.step(random_actions(env, generator))
     start = time.perf_counter()
     for _ in range(steps):
-        env.step({uid: torch.randint(0, n, (num_envs, 1), generator=generator) for uid, n in sizes.items()})
+        env.step(random_actions(env, generator))
     seconds = time.perf_counter() - start
     env.close()
     return steps * num_envs / seconds
@@ -62,8 +75,8 @@ def training_rate(example, env, steps: int, directory: str) -> float:
     set_seed(0)
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
                                                            "directory": directory})
-    rollouts = agent.cfg["rollouts"]
-    warmup = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": rollouts, "disable_progressbar": True})
+    warmup_steps = agent.cfg.get("rollouts", agent.cfg.get("learning_starts", 100))
+    warmup = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True})
     warmup.train()
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True})
     start = time.perf_counter()
@@ -112,6 +125,21 @@ def main() -> None:
     train_rate = best(mappo_rate, args.repeats)
     report("mappo_training_steps_per_s", train_rate, "MAPPO training, one process:     {:8.0f} env steps/s")
     report("mappo_over_env_only", train_rate / env_rate, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
+
+    maddpg = load_example(ROOT / "examples/mpe/simple_spread_maddpg.py")
+    continuous_rate = best(lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps), args.repeats)
+    report("env_only_continuous_steps_per_s", continuous_rate, "env-only, continuous actions:    {:8.0f} env steps/s")
+
+    def maddpg_rate():
+        env = maddpg.make_env(args.num_envs, 0, 0)
+        rate = training_rate(maddpg, env, args.steps, directory)
+        env.close()
+        return rate
+
+    maddpg_train_rate = best(maddpg_rate, args.repeats)
+    report("maddpg_training_steps_per_s", maddpg_train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")
+    report("maddpg_over_env_only", maddpg_train_rate / continuous_rate,
+           "  ratio to env-only:              {:8.1%} (bar >= 50%)")
 
     costs = {}
     for agents in (3, 30):
