@@ -261,3 +261,21 @@ def test_mappo_critic_modes(tmp_path, mode, inputs, outputs):
 def test_unknown_critic_mode_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="agent_specific_values.*'per_agent'"):
         build_mappo(spread(), directory=str(tmp_path), cfg={"agent_specific_values": "per_agent"})
+
+
+def test_best_checkpoint_follows_the_recent_mean_return(tmp_path):
+    agent = build_mappo(spread(), directory=str(tmp_path), cfg={"experiment": {"experiment_name": "best",
+                                                                               "best_window": 2}})
+    agent.init({"timesteps": 100})
+    best = tmp_path / "best" / "checkpoints" / "best_agent.pt"
+    agent.track_episode_returns(torch.tensor([[-10.0, -10.0, -10.0]]))
+    agent.write_checkpoint(10)
+    assert best.exists() and torch.load(best, weights_only=True)["best_return"] == -10.0
+    agent.track_episode_returns(torch.tensor([[-30.0, -30.0, -30.0]]))
+    agent.write_checkpoint(20)  # recent mean -20: worse, best stays
+    assert torch.load(best, weights_only=True)["timestep"] == 0 and torch.load(best, weights_only=True)["best_return"] == -10.0
+    agent.track_episode_returns(torch.tensor([[-5.0, -5.0, -5.0], [-5.0, -5.0, -5.0]]))
+    agent.timestep = 30
+    agent.write_checkpoint(30)
+    assert torch.load(best, weights_only=True)["best_return"] == -5.0
+    assert (tmp_path / "best" / "checkpoints" / "agent_20.pt").exists()
