@@ -10,7 +10,6 @@ after every seed, so a stopped run keeps what it finished.
 import argparse
 import importlib.util
 import json
-import os
 import pathlib
 import sys
 import time

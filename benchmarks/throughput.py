@@ -143,7 +143,7 @@ def main() -> None:
 
     costs = {}
     for agents in (3, 30):
-        rate = best(lambda: training_rate(mappo, SyntheticEnv(agents, num_envs=args.num_envs), args.steps, directory),
+        rate = best(lambda n=agents: training_rate(mappo, SyntheticEnv(n, num_envs=args.num_envs), args.steps, directory),
                     args.repeats)
         costs[agents] = 1e3 * args.num_envs / rate
         report(f"mappo_ms_per_step_{agents}_agents", costs[agents],

@@ -10,7 +10,6 @@ import importlib.util
 import pathlib
 
 import pytest
-import torch
 
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed

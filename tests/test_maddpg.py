@@ -3,7 +3,6 @@ import pathlib
 
 import pytest
 import torch
-from helpers import box
 from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.agents import MADDPG, MADDPG_DEFAULT_CONFIG, MATD3, MATD3_DEFAULT_CONFIG

@@ -1,7 +1,5 @@
 """Small PettingZoo Parallel envs written for the tests: deterministic and fast."""
 
-import functools
-
 import gymnasium
 import numpy as np
 from pettingzoo import ParallelEnv
@@ -28,14 +26,12 @@ class CountingEnv(ParallelEnv):
         self.t = 0
         self.seed_used = None
 
-    @functools.lru_cache(maxsize=None)
     def observation_space(self, agent):
         box = gymnasium.spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
         if self.masked:
             return gymnasium.spaces.Dict({"observation": box, "action_mask": gymnasium.spaces.MultiBinary(4)})
         return box
 
-    @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
         return gymnasium.spaces.Discrete(4)
 
@@ -79,7 +75,6 @@ class CountingEnv(ParallelEnv):
 class ContinuousEnv(CountingEnv):
     """CountingEnv with a ``Box(-1, 1, (2,))`` action; reward = first action component."""
 
-    @functools.lru_cache(maxsize=None)
     def action_space(self, agent):
         return gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
 

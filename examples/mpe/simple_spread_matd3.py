@@ -13,8 +13,8 @@ import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from simple_spread_maddpg import make_env  # noqa: E402
 from simple_spread_maddpg import make_agent as make_maddpg_agent  # noqa: E402
+from simple_spread_maddpg import make_env  # noqa: E402
 
 from marlparts.agents import MATD3, MATD3_DEFAULT_CONFIG  # noqa: E402
 from marlparts.envs import MultiAgentEnv  # noqa: E402

@@ -203,7 +203,8 @@ class MultiAgent:
 
     def set_mode(self, mode: str) -> None:
         """``"train"`` (sample actions, update statistics) or ``"eval"`` (frozen; greedy actions unless
-        ``stochastic_evaluation`` is set)."""
+        ``stochastic_evaluation`` is set).
+        """
         if mode not in ("train", "eval"):
             raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
         self.training = mode == "train"

@@ -337,7 +337,8 @@ class MADDPG(MultiAgent):
 
     def critic_loss(self, batches: List[Dict[str, torch.Tensor]], targets: List[torch.Tensor]) -> torch.Tensor:
         """Mean over agents of the squared TD error of each agent's Q-value (of every critic role), on its
-        active steps."""
+        active steps.
+        """
         x = self.critic_observations(batches, "observations")
         actions = self.joint([self.action_inputs(g, b["actions"]) for g, b in zip(self.groups, batches)])
         loss = 0.0
@@ -350,7 +351,8 @@ class MADDPG(MultiAgent):
 
     def actor_loss(self, batches: List[Dict[str, torch.Tensor]]) -> torch.Tensor:
         """Mean over agents of ``−Q_i(x, a_1..μ_i(o_i)..a_N)``: each agent's own action from its policy,
-        the others' from the replay batch."""
+        the others' from the replay batch.
+        """
         x = self.critic_observations(batches, "observations")
         actions = self.joint([self.action_inputs(g, b["actions"]) for g, b in zip(self.groups, batches)])
         loss = 0.0

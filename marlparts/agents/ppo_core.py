@@ -13,8 +13,8 @@ from marlparts.agents.advantages import compute_gae
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.resources.preprocessors import RunningStandardScaler
-from marlparts.utils.config import Config
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
+from marlparts.utils.config import Config
 from marlparts.utils.spaces import action_size, flat_size, is_discrete
 
 PPO_DEFAULT_CONFIG: Config = Config({

@@ -50,7 +50,8 @@ class Model(nn.Module):
 
     def check_input_size(self, *, expected: int, what: str, outputs: Optional[int] = None) -> None:
         """Raise ``ValueError`` if this model does not take ``expected`` inputs or, when ``outputs`` is
-        given, does not return that many values per sample (``what`` names the caller)."""
+        given, does not return that many values per sample (``what`` names the caller).
+        """
         if self.num_observations != expected:
             raise ValueError(f"{what}: the model {type(self).__name__} was built for {self.num_observations} inputs "
                              f"(observation_space={self.observation_space}) but will be fed {expected}")

@@ -76,7 +76,8 @@ class OrnsteinUhlenbeckNoise(Noise):
 
 def linear_scale(timestep: int, *, initial_scale: float, final_scale: float, timesteps: Optional[int]) -> float:
     """Noise scale at ``timestep``: from ``initial_scale`` down (or up) to ``final_scale`` over
-    ``timesteps`` steps, then constant; constant ``initial_scale`` when ``timesteps`` is None."""
+    ``timesteps`` steps, then constant; constant ``initial_scale`` when ``timesteps`` is None.
+    """
     if not timesteps:
         return float(initial_scale)
     fraction = min(max(timestep / timesteps, 0.0), 1.0)
