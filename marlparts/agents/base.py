@@ -74,6 +74,7 @@ class MultiAgent:
         self.models = {uid: dict(models[uid]) for uid in self.possible_agents}
         self.memories = memories
         self.groups: List[AgentGroup] = build_groups(self.possible_agents, self.models, self.ROLES, memories)
+        self._distinct: Dict[Optional[str], List[Model]] = {}
         for model in self.distinct_models():
             model.to(self.device)
         self.training = True
@@ -112,12 +113,14 @@ class MultiAgent:
 
     def distinct_models(self, role: Optional[str] = None) -> List[Model]:
         """Every distinct model instance (of ``role`` if given), in first-use order."""
-        seen: Dict[int, Model] = {}
-        for uid in self.possible_agents:
-            for name, model in self.models[uid].items():
-                if role is None or name == role:
-                    seen.setdefault(id(model), model)
-        return list(seen.values())
+        if role not in self._distinct:
+            seen: Dict[int, Model] = {}
+            for uid in self.possible_agents:
+                for name, model in self.models[uid].items():
+                    if role is None or name == role:
+                        seen.setdefault(id(model), model)
+            self._distinct[role] = list(seen.values())
+        return self._distinct[role]
 
     def model_name(self, model: Model) -> str:
         """A stable name for ``model``: its role and the agents that use it, e.g. ``policy[agent_0+agent_1]``."""

@@ -85,9 +85,8 @@ class MADDPG(MultiAgent):
             offsets[uid] = start
             start += self.action_widths[uid]
         self.action_offsets = offsets
-        order = [uid for group in self.groups for uid in group.uids]
-        self._joint_order = None if order == self.possible_agents else torch.as_tensor(
-            [order.index(uid) for uid in self.possible_agents])
+        self._group_order = [uid for group in self.groups for uid in group.uids]
+        self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         self.targets: Dict[int, nn.Module] = {}
         self.optimizers: Dict[int, torch.optim.Optimizer] = {}
         self.preprocessors: Dict[int, Optional[nn.Module]] = {}
@@ -282,10 +281,22 @@ class MADDPG(MultiAgent):
 
     def joint(self, parts: List[torch.Tensor]) -> torch.Tensor:
         """Concatenate per-group ``(batch, group, width)`` tensors into ``(batch, total)`` in agent order."""
-        if self._joint_order is None:
-            return torch.cat([part.flatten(1) for part in parts], dim=1)
-        per_agent = [agent for part in parts for agent in part.unbind(1)]
-        return torch.cat([per_agent[i] for i in self._joint_order.tolist()], dim=1)
+        joined = torch.cat([part.flatten(1) for part in parts], dim=1)
+        widths = tuple(part.shape[-1] for part in parts)
+        if widths not in self._joint_columns:
+            self._joint_columns[widths] = self._agent_order_columns(widths)
+        columns = self._joint_columns[widths]
+        return joined if columns is None else joined[:, columns.to(joined.device)]
+
+    def _agent_order_columns(self, widths: tuple) -> Optional[torch.Tensor]:
+        """Column permutation from group order to agent order (None when they agree)."""
+        if self._group_order == self.possible_agents:
+            return None
+        agent_widths = [width for group, width in zip(self.groups, widths) for _ in group.uids]
+        starts = [sum(agent_widths[:i]) for i in range(len(agent_widths))]
+        position = {uid: i for i, uid in enumerate(self._group_order)}
+        return torch.cat([torch.arange(starts[position[uid]], starts[position[uid]] + agent_widths[position[uid]])
+                          for uid in self.possible_agents])
 
     def action_inputs(self, group: AgentGroup, actions: torch.Tensor) -> torch.Tensor:
         """Stored actions ``(batch, group, columns)`` as critic inputs: one-hot for discrete agents."""
