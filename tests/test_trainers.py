@@ -75,3 +75,18 @@ def test_eval_is_greedy_and_repeatable(tmp_path):
     env2 = spread(num_envs=2)
     second = SequentialTrainer(env=env2, agents=agent, cfg={"timesteps": 4}).eval(episodes=2)
     assert first == second and agent.training
+
+
+def test_weights_and_biases_offline_run_gets_the_same_metrics(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    env = spread(num_envs=2)
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=10,
+                        cfg={"experiment": {"wandb": True, "write_interval": 10, "experiment_name": "wb",
+                                            "wandb_kwargs": {"mode": "offline", "project": "marlparts-test"}}})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 40, "disable_progressbar": True}).train()
+    summary = dict(agent.tracker.wandb_run.summary)
+    agent.close()
+    assert "Loss / policy" in summary and "Episode / return (mean over agents)" in summary
+    assert list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
