@@ -51,6 +51,10 @@ def test_categorical_masks_and_greedy_action():
     assert not (outputs["mean_actions"] == 2).any()
     _, taken_log_prob, _ = policy.act({"observations": obs, "action_mask": mask, "taken_actions": actions})
     assert torch.allclose(taken_log_prob, log_prob)
+    distribution = policy.distribution({"observations": obs, "action_mask": mask})
+    assert torch.all(distribution.probs[:, 2] == 0)
+    assert torch.allclose(distribution.log_prob(actions.squeeze(-1)).unsqueeze(-1), log_prob, atol=1e-6)
+    assert torch.allclose(distribution.entropy().unsqueeze(-1), outputs["entropy"], atol=1e-6)
 
 
 def test_gaussian_log_prob_clip_and_mean():

@@ -21,12 +21,17 @@ class CategoricalMixin:
         mask = inputs.get("action_mask")
         if mask is not None:
             logits = logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min)
-        distribution = Categorical(logits=logits, validate_args=False)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        probs = log_probs.exp()
         taken = inputs.get("taken_actions")
-        actions = distribution.sample().unsqueeze(-1) if taken is None else taken.long()
-        log_prob = distribution.log_prob(actions.squeeze(-1)).unsqueeze(-1)
+        actions = torch.multinomial(probs, 1) if taken is None else taken.long()
         outputs = dict(outputs)
         outputs["logits"] = logits
         outputs["mean_actions"] = logits.argmax(dim=-1, keepdim=True)
-        outputs["entropy"] = distribution.entropy().unsqueeze(-1)
-        return actions, log_prob, outputs
+        outputs["entropy"] = -(probs * log_probs).sum(dim=-1, keepdim=True)
+        return actions, log_probs.gather(-1, actions), outputs
+
+    def distribution(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Categorical:
+        """The policy's ``torch.distributions.Categorical`` for ``inputs`` (masks applied)."""
+        _, _, outputs = self.act(inputs, role)
+        return Categorical(logits=outputs["logits"])

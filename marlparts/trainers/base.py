@@ -33,6 +33,8 @@ class EpisodeStatistics:
             done = stack_agents(terminated, self.possible_agents) | stack_agents(truncated, self.possible_agents)
             ended = done.all(dim=1)
         ended = ended.reshape(-1).bool()
+        if not ended.any():
+            return self.returns[:0]
         finished = self.returns[ended].clone()
         self.returns[ended] = 0.0
         self.lengths[ended] = 0

@@ -29,6 +29,7 @@ class AgentLayout:
             self.offsets.append(self.offsets[-1] + width)
         self.total = self.offsets[-1]
         self._index = {uid: i for i, uid in enumerate(self.uids)}
+        self._blocks: dict = {}
 
     def index(self, uid: str) -> int:
         """Position of ``uid`` in the layout; a clear ``KeyError`` for an unknown id."""
@@ -44,6 +45,12 @@ class AgentLayout:
 
     def block(self, uids: Sequence[str]) -> Tuple[slice, int]:
         """``(columns, width)`` if ``uids`` are adjacent, in order, and of equal width, else ``(None, 0)``."""
+        key = tuple(uids)
+        if key not in self._blocks:
+            self._blocks[key] = self._find_block(key)
+        return self._blocks[key]
+
+    def _find_block(self, uids: Tuple[str, ...]) -> Tuple[slice, int]:
         positions = [self._index.get(uid, -1) for uid in uids]
         first = positions[0]
         if first < 0 or positions != list(range(first, first + len(uids))):
