@@ -20,6 +20,7 @@ down). Run it on an otherwise idle machine. Results go to benchmarks/results/thr
 import argparse
 import importlib.util
 import json
+import os
 import pathlib
 import platform
 import sys
@@ -94,21 +95,42 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=1000, help="vectorized steps per timing (a multiple of 100)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
+    parser.add_argument("--skip-mpe", action="store_true", help="only the synthetic scaling figures")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/throughput.json"))
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeats = 200, 1
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     mappo = load_example(ROOT / "examples/mpe/simple_spread_mappo.py")
     directory = "/tmp/marlparts_throughput"
-    results = {"machine": platform.processor() or platform.machine(), "num_envs": args.num_envs,
+    results = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "num_envs": args.num_envs,
                "torch_threads": torch.get_num_threads(), "steps_per_timing": args.steps, "repeats": args.repeats}
 
     def report(key, value, text):
         results[key] = value
         print(text.format(value), flush=True)
 
+    if not args.skip_mpe:
+        mpe_figures(args, mappo, directory, report)
+    costs = {}
+    for agents in (3, 30):
+        rate = best(lambda n=agents: training_rate(mappo, SyntheticEnv(n, num_envs=args.num_envs), args.steps, directory),
+                    args.repeats)
+        costs[agents] = 1e3 * args.num_envs / rate
+        report(f"mappo_ms_per_step_{agents}_agents", costs[agents],
+               f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
+    report("scaling_30_over_3_agents", costs[30] / costs[3], "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
+
+    output = pathlib.Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2))
+    print(f"written to {output}")
+
+
+def mpe_figures(args, mappo, directory, report) -> None:
+    """Env-only and training rates on MPE simple_spread."""
     env_rate = best(lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps), args.repeats)
     report("env_only_steps_per_s", env_rate, "env-only, one process:           {:8.0f} env steps/s")
     worker_rate = best(lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps), args.repeats)
@@ -140,20 +162,6 @@ def main() -> None:
     report("maddpg_training_steps_per_s", maddpg_train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")
     report("maddpg_over_env_only", maddpg_train_rate / continuous_rate,
            "  ratio to env-only:              {:8.1%} (bar >= 50%)")
-
-    costs = {}
-    for agents in (3, 30):
-        rate = best(lambda n=agents: training_rate(mappo, SyntheticEnv(n, num_envs=args.num_envs), args.steps, directory),
-                    args.repeats)
-        costs[agents] = 1e3 * args.num_envs / rate
-        report(f"mappo_ms_per_step_{agents}_agents", costs[agents],
-               f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
-    report("scaling_30_over_3_agents", costs[30] / costs[3], "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
-
-    output = pathlib.Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(results, indent=2))
-    print(f"written to {output}")
 
 
 if __name__ == "__main__":
