@@ -27,7 +27,7 @@ EXAMPLES = {
 
 
 def load_example(name: str):
-    sys.path.insert(0, str(EXAMPLES[name].parent))
+    sys.path.insert(0, str(EXAMPLES[name].parent))  # the examples import their shared helper module
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES[name])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

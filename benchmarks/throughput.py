@@ -30,6 +30,7 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "examples" / "mpe"))  # the examples import their shared helper module
 
 from synthetic import SyntheticEnv  # noqa: E402
 
@@ -85,6 +86,14 @@ def training_rate(example, env, steps: int, directory: str) -> float:
     return steps * env.num_envs / (time.perf_counter() - start)
 
 
+def example_training_rate(example, args, directory: str) -> float:
+    """Training rate of an example's agent on its own env, copies in this process."""
+    env = example.make_env(args.num_envs, 0, 0)
+    rate = training_rate(example, env, args.steps, directory)
+    env.close()
+    return rate
+
+
 def best(function, repeats: int) -> float:
     return max(function() for _ in range(repeats))
 
@@ -138,13 +147,7 @@ def mpe_figures(args, mappo, directory, report) -> None:
            f"env-only, {args.workers} worker processes:      {{:8.0f}} env steps/s")
     report("workers_over_single_process", worker_rate / env_rate, "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
 
-    def mappo_rate():
-        env = mappo.make_env(args.num_envs, 0, 0)
-        rate = training_rate(mappo, env, args.steps, directory)
-        env.close()
-        return rate
-
-    train_rate = best(mappo_rate, args.repeats)
+    train_rate = best(lambda: example_training_rate(mappo, args, directory), args.repeats)
     report("mappo_training_steps_per_s", train_rate, "MAPPO training, one process:     {:8.0f} env steps/s")
     report("mappo_over_env_only", train_rate / env_rate, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
 
@@ -152,13 +155,7 @@ def mpe_figures(args, mappo, directory, report) -> None:
     continuous_rate = best(lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps), args.repeats)
     report("env_only_continuous_steps_per_s", continuous_rate, "env-only, continuous actions:    {:8.0f} env steps/s")
 
-    def maddpg_rate():
-        env = maddpg.make_env(args.num_envs, 0, 0)
-        rate = training_rate(maddpg, env, args.steps, directory)
-        env.close()
-        return rate
-
-    maddpg_train_rate = best(maddpg_rate, args.repeats)
+    maddpg_train_rate = best(lambda: example_training_rate(maddpg, args, directory), args.repeats)
     report("maddpg_training_steps_per_s", maddpg_train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")
     report("maddpg_over_env_only", maddpg_train_rate / continuous_rate,
            "  ratio to env-only:              {:8.1%} (bar >= 50%)")

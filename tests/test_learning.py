@@ -8,6 +8,7 @@ and assert that they stay below the same thresholds.
 
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 
@@ -21,6 +22,8 @@ THRESHOLD = {"mappo": -22.0, "ippo": -22.0}
 
 def load_example(name):
     path = ROOT / "examples" / "mpe" / f"simple_spread_{name}.py"
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))  # the examples import their shared helper module
     spec = importlib.util.spec_from_file_location(f"example_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

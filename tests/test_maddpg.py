@@ -1,5 +1,6 @@
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -221,6 +222,7 @@ def test_save_and_load_restore_models_targets_and_greedy_actions(tmp_path):
 
 
 def test_example_builds_matd3_by_subclass_and_runs():
+    sys.path.insert(0, str(ROOT / "examples" / "mpe"))  # the examples import their shared helper module
     spec = importlib.util.spec_from_file_location("maddpg_example", ROOT / "examples/mpe/simple_spread_maddpg.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)

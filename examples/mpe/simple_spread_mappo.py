@@ -4,9 +4,8 @@ One policy for every agent and one centralised critic that reads the global stat
 outputs one value per agent. Run ``python examples/mpe/simple_spread_mappo.py --help`` for the options.
 """
 
-import argparse
-
 import torch
+from example_common import parse_arguments, train_save_evaluate
 from mpe2 import simple_spread_v3
 
 from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
@@ -14,7 +13,6 @@ from marlparts.envs import MultiAgentEnv, wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
-from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 
@@ -74,25 +72,10 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_mappo", 
 
 def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--timesteps", type=int, default=1_000_000, help="env steps (all copies counted)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
-    parser.add_argument("--directory", default="runs/simple_spread_mappo")
-    args = parser.parse_args()
-
+    args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_mappo")
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed)
-    agent = make_agent(env, args.directory)
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.timesteps // env.num_envs})
-    trainer.train()
-    agent.save(f"{agent.experiment_dir}/checkpoints/final_agent.pt")
-    result = trainer.eval(episodes=100)
-    print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
-          f"(per agent: {', '.join(f'{k} {v:.2f}' for k, v in result['returns'].items())})")
-    print(f"checkpoint: {agent.experiment_dir}/checkpoints/final_agent.pt")
-    env.close()
+    train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import torch
 from marlparts.agents.groups import AgentGroup, build_groups
 from marlparts.memories.base import Memory
 from marlparts.models.base import Model
+from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
 from marlparts.utils.tracking import Tracker
 
@@ -187,6 +188,16 @@ class MultiAgent:
     def update(self, timestep: int, timesteps: int) -> None:
         """Improve the models from stored experience."""
         raise NotImplementedError
+
+    @staticmethod
+    def active_mask(infos: Optional[Mapping[str, Any]], group: AgentGroup, batch_size: int,
+                    device: torch.device) -> torch.Tensor:
+        """Which agents of ``group`` act at this step, ``(batch, group, 1)`` bool, from ``infos["active"]``
+        (all of them for an env that does not say)."""
+        active = infos.get("active") if infos else None
+        if active is None:
+            return torch.ones(batch_size, group.size, 1, dtype=torch.bool, device=device)
+        return stack_agents(active, group.uids).bool()
 
     # ----------------------------------------------------------------------------- tracking
     def track_data(self, tag: str, value: float) -> None:

@@ -220,9 +220,7 @@ class MADDPG(MultiAgent):
                     chosen = torch.max(torch.min(chosen, high), low)
             actions.update(unstack_agents(chosen, group.uids))
             if self.training:
-                active = infos.get("active") if infos else None
-                group.cache["active"] = (stack_agents(active, group.uids) if active is not None
-                                         else torch.ones(*obs.shape[:2], 1, dtype=torch.bool, device=obs.device))
+                group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
         self.track_data("Exploration / noise scale", scale)
         return actions
 

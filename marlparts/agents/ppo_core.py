@@ -198,7 +198,7 @@ class MultiAgentPPO(MultiAgent):
             timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
         """Sample actions per group (greedy ``mean_actions`` in eval mode); one forward pass per group."""
         infos = infos or {}
-        masks, active = infos.get("action_mask"), infos.get("active")
+        masks = infos.get("action_mask")
         actions: Dict[str, torch.Tensor] = {}
         for group in self.groups:
             obs = stack_agents(observations, group.uids)
@@ -210,8 +210,7 @@ class MultiAgentPPO(MultiAgent):
             actions.update(unstack_agents(chosen.unflatten(0, obs.shape[:2]), group.uids))
             if self.training:
                 group.cache["log_prob"] = log_prob.unflatten(0, obs.shape[:2])
-                group.cache["active"] = (stack_agents(active, group.uids) if active is not None
-                                         else torch.ones(*obs.shape[:2], 1, dtype=torch.bool, device=obs.device))
+                group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
                 if masks is not None:
                     group.cache["action_mask"] = inputs["action_mask"].unflatten(0, obs.shape[:2])
         return actions
