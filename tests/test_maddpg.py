@@ -233,3 +233,16 @@ def test_example_builds_matd3_by_subclass_and_runs():
                                    experiment={"tensorboard": False, "checkpoint_interval": 0})
         run(agent, env, 12)
         assert agent.gradient_step == 5
+
+
+def test_actor_step_leaves_the_critics_trainable_and_unchanged():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env)
+    run(agent, env, 4)
+    critic = agent.groups[0].models["critic"]
+    before = [p.clone() for p in critic.parameters()]
+    agent._step(agent.distinct_models("policy"), agent.actor_loss(agent.sample_batch()))
+    assert all(torch.equal(b, p) for b, p in zip(before, critic.parameters()))
+    agent.update(0, 1)
+    assert all(p.requires_grad for p in critic.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, critic.parameters()))

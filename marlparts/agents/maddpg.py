@@ -413,7 +413,11 @@ class MADDPG(MultiAgent):
             self._step(critics, critic_loss)
             self.track_data("Loss / critic", critic_loss.item())
             if self.update_actor_now():
+                for critic in critics:  # the actor loss needs gradients through the critics, not for them
+                    critic.requires_grad_(False)
                 actor_loss = self.actor_loss(batches)
                 self._step(policies, actor_loss)
+                for critic in critics:
+                    critic.requires_grad_(True)
                 self.update_targets()
                 self.track_data("Loss / actor", actor_loss.item())
