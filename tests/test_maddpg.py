@@ -241,7 +241,7 @@ def test_actor_step_leaves_the_critics_trainable_and_unchanged():
     run(agent, env, 4)
     critic = agent.groups[0].models["critic"]
     before = [p.clone() for p in critic.parameters()]
-    agent._step(agent.distinct_models("policy"), agent.actor_loss(agent.sample_batch()))
+    agent.optimize(agent.distinct_models("policy"), agent.actor_loss(agent.sample_batch()))
     assert all(torch.equal(b, p) for b, p in zip(before, critic.parameters()))
     agent.update(0, 1)
     assert all(p.requires_grad for p in critic.parameters())

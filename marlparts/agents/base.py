@@ -80,6 +80,7 @@ class MultiAgent:
             model.to(self.device)
         self.training = True
         self.stochastic_evaluation = False
+        self.optimizers: Dict[int, torch.optim.Optimizer] = {}  # by id() of the model they train
         self.tracker: Optional[Tracker] = None
         self.experiment_dir: Optional[str] = None
         self.checkpoint_modules: Dict[str, Any] = {}
@@ -189,11 +190,28 @@ class MultiAgent:
         """Improve the models from stored experience."""
         raise NotImplementedError
 
+    def optimize(self, models: Sequence[Model], loss: torch.Tensor) -> None:
+        """One optimizer step for each of ``models`` on ``loss``: zero, backward, clip to ``grad_norm_clip``, step."""
+        for model in models:
+            self.optimizers[id(model)].zero_grad(set_to_none=True)
+        loss.backward()
+        clip = self.cfg.get("grad_norm_clip", 0)
+        for model in models:
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            self.optimizers[id(model)].step()
+
+    def mean_over_agents(self, group_values: Sequence[Mapping[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
+        """``{key: mean over agents}`` from one ``{key: group mean}`` per group (groups weighted by size)."""
+        weights = [group.size / len(self.possible_agents) for group in self.groups]
+        return {key: sum(w * values[key] for w, values in zip(weights, group_values)) for key in group_values[0]}
+
     @staticmethod
     def active_mask(infos: Optional[Mapping[str, Any]], group: AgentGroup, batch_size: int,
                     device: torch.device) -> torch.Tensor:
         """Which agents of ``group`` act at this step, ``(batch, group, 1)`` bool, from ``infos["active"]``
-        (all of them for an env that does not say)."""
+        (all of them for an env that does not say).
+        """
         active = infos.get("active") if infos else None
         if active is None:
             return torch.ones(batch_size, group.size, 1, dtype=torch.bool, device=device)

@@ -88,7 +88,6 @@ class MADDPG(MultiAgent):
         self._group_order = [uid for group in self.groups for uid in group.uids]
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         self.targets: Dict[int, nn.Module] = {}
-        self.optimizers: Dict[int, torch.optim.Optimizer] = {}
         self.preprocessors: Dict[int, Optional[nn.Module]] = {}
         for group in self.groups:
             self._check_group(group)
@@ -387,15 +386,6 @@ class MADDPG(MultiAgent):
         """Whether this gradient step also updates the actors and the targets (always, in MADDPG)."""
         return True
 
-    def _step(self, role_models: List[nn.Module], loss: torch.Tensor) -> None:
-        for model in role_models:
-            self.optimizers[id(model)].zero_grad(set_to_none=True)
-        loss.backward()
-        for model in role_models:
-            if self.cfg["grad_norm_clip"] > 0:
-                nn.utils.clip_grad_norm_(model.parameters(), self.cfg["grad_norm_clip"])
-            self.optimizers[id(model)].step()
-
     def update_targets(self) -> None:
         """Soft-update every target network towards its model."""
         for role in self.ROLES:
@@ -410,13 +400,13 @@ class MADDPG(MultiAgent):
             self.gradient_step += 1
             batches = self.sample_batch()
             critic_loss = self.critic_loss(batches, self.target_values(batches))
-            self._step(critics, critic_loss)
+            self.optimize(critics, critic_loss)
             self.track_data("Loss / critic", critic_loss.item())
             if self.update_actor_now():
                 for critic in critics:  # the actor loss needs gradients through the critics, not for them
                     critic.requires_grad_(False)
                 actor_loss = self.actor_loss(batches)
-                self._step(policies, actor_loss)
+                self.optimize(policies, actor_loss)
                 for critic in critics:
                     critic.requires_grad_(True)
                 self.update_targets()

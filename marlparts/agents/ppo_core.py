@@ -13,6 +13,7 @@ from marlparts.agents.advantages import compute_gae
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.resources.preprocessors import RunningStandardScaler
+from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import action_size, flat_size, is_discrete
@@ -69,7 +70,6 @@ class MultiAgentPPO(MultiAgent):
         if self.USES_STATE and self.state_spaces is None:
             raise ValueError(f"{type(self).__name__} needs `state_spaces` (the global state of env.state_spaces)")
         self._check_groups()
-        self.optimizers: Dict[int, torch.optim.Optimizer] = {}
         self.schedulers: Dict[int, Any] = {}
         self.observation_preprocessors: Dict[int, Optional[nn.Module]] = {}
         self.state_preprocessors: Dict[int, Optional[nn.Module]] = {}
@@ -328,33 +328,27 @@ class MultiAgentPPO(MultiAgent):
                 "entropy_value": masked_mean(outputs["entropy"].detach(), active)}
 
     def update(self, timestep: int, timesteps: int) -> None:
-        """PPO update: advantages, then epochs of shuffled minibatches, one optimizer step per model each."""
+        """PPO update (Schulman et al., 2017) on the rollout just collected.
+
+        1. advantages and returns by GAE, per group;
+        2. for each epoch, for each shuffled minibatch: the clipped-surrogate, value and entropy
+           losses, averaged over agents; one optimizer step per distinct model;
+        3. early stop past ``kl_threshold``; learning-rate schedule.
+        """
         self.compute_advantages()
         models = self.distinct_models()
-        weights = [group.size / len(self.possible_agents) for group in self.groups]
-        kl_threshold = self.cfg["kl_threshold"]
         for _ in range(self.cfg["learning_epochs"]):
-            epoch_kl = []
+            epoch = []
             for indexes in self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"]):
-                losses = [self.group_losses(group, indexes) for group in self.groups]
-                loss = sum(w * (part["policy"] + part["value"] + part["entropy"]) for w, part in zip(weights, losses))
-                for optimizer in self.optimizers.values():
-                    optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if self.cfg["grad_norm_clip"] > 0:
-                    for model in models:
-                        nn.utils.clip_grad_norm_(model.parameters(), self.cfg["grad_norm_clip"])
-                for optimizer in self.optimizers.values():
-                    optimizer.step()
-                kl = sum(w * part["kl"] for w, part in zip(weights, losses))
-                epoch_kl.append(kl)
-                self.track_data("Loss / policy", sum(w * p["policy"].item() for w, p in zip(weights, losses)))
-                self.track_data("Loss / value", sum(w * p["value"].item() for w, p in zip(weights, losses)))
-                self.track_data("Policy / entropy", sum(w * p["entropy_value"].item() for w, p in zip(weights, losses)))
-            mean_kl = torch.stack(epoch_kl).mean().item()
-            self.track_data("Policy / KL", mean_kl)
-            if kl_threshold and mean_kl > kl_threshold:
+                losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+                self.optimize(models, losses["policy"] + losses["value"] + losses["entropy"])
+                epoch.append({key: value.detach() for key, value in losses.items()})
+            means = {key: torch.stack([losses[key] for losses in epoch]).mean().item() for key in epoch[0]}
+            if self.cfg["kl_threshold"] and means["kl"] > self.cfg["kl_threshold"]:
                 break
         for scheduler in self.schedulers.values():
-            scheduler.step(mean_kl) if hasattr(scheduler, "kl_threshold") else scheduler.step()
+            scheduler.step(means["kl"]) if isinstance(scheduler, KLAdaptiveLR) else scheduler.step()
+        for key, tag in (("policy", "Loss / policy"), ("value", "Loss / value"), ("entropy_value", "Policy / entropy"),
+                         ("kl", "Policy / KL")):
+            self.track_data(tag, means[key])
         self.track_data("Learning rate", next(iter(self.optimizers.values())).param_groups[0]["lr"])
