@@ -1,9 +1,11 @@
 """Short learning runs on MPE simple_spread that a broken algorithm cannot pass.
 
-A random policy scores about -27 (mean over agents of the episode return) and an untrained
-greedy one no better. The thresholds below sit well above that; the tests marked ``long``
-train broken variants (advantage sign flipped, truncation not bootstrapped) on the same budget
-and assert that they stay below the same thresholds.
+The task has two agents and two landmarks (the three-agent task needs far more steps before
+returns separate from trivial policies). Over 100 fresh episodes, standing still scores about
+-19.8 (mean over agents of the episode return) and random actions about -21.2. After the
+test's budget MAPPO and IPPO reach about -15; the threshold sits between. The tests marked
+``long`` train broken variants on the same budget (advantage sign flipped; discount 0, so no
+value flows from the future) and assert that they stay below the same threshold.
 """
 
 import importlib.util
@@ -11,13 +13,15 @@ import pathlib
 import sys
 
 import pytest
+from mpe2 import simple_spread_v3
 
+from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUDGET = 150_000  # env steps
-THRESHOLD = {"mappo": -22.0, "ippo": -22.0}
+THRESHOLD = -17.5
 
 
 def load_example(name):
@@ -33,8 +37,9 @@ def load_example(name):
 def train_and_evaluate(name, tmp_path, seed=0, broken=None):
     example = load_example(name)
     set_seed(seed)
-    env = example.make_env(num_envs=16, workers=0, seed=seed)
-    agent = example.make_agent(env, str(tmp_path))
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5), num_envs=16,
+                   seed=seed, state_source="observations")
+    agent = example.make_agent(env, str(tmp_path), **({"discount_factor": 0.0} if broken == "myopic" else {}))
     if broken == "flipped_advantages":
         original = agent.compute_advantages
 
@@ -44,9 +49,6 @@ def train_and_evaluate(name, tmp_path, seed=0, broken=None):
                 group.memory.set_tensor_by_name("advantages", -group.memory.get_tensor_by_name("advantages"))
 
         agent.compute_advantages = flipped
-    elif broken == "no_bootstrap":
-        agent.cfg["time_limit_bootstrap"] = False
-        agent.cfg["discount_factor"] = 0.0  # nothing flows from the future at all
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": BUDGET // env.num_envs,
                                                              "disable_progressbar": True})
     trainer.train()
@@ -60,13 +62,22 @@ def train_and_evaluate(name, tmp_path, seed=0, broken=None):
 def test_learns_simple_spread(name, tmp_path):
     mean_return = train_and_evaluate(name, tmp_path)
     print(f"{name}: greedy mean return {mean_return:.2f} after {BUDGET} env steps")
-    assert mean_return > THRESHOLD[name]
+    assert mean_return > THRESHOLD
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("broken", ["flipped_advantages", "no_bootstrap"])
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", ["mappo", "ippo"])
+def test_learns_simple_spread_on_other_seeds(name, seed, tmp_path):
+    mean_return = train_and_evaluate(name, tmp_path, seed=seed)
+    print(f"{name} seed {seed}: greedy mean return {mean_return:.2f}")
+    assert mean_return > THRESHOLD
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("broken", ["flipped_advantages", "myopic"])
 @pytest.mark.parametrize("name", ["mappo", "ippo"])
 def test_broken_variants_do_not_pass(name, broken, tmp_path):
     mean_return = train_and_evaluate(name, tmp_path, broken=broken)
     print(f"{name} with {broken}: greedy mean return {mean_return:.2f}")
-    assert mean_return < THRESHOLD[name]
+    assert mean_return < THRESHOLD
