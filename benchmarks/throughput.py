@@ -72,18 +72,34 @@ def env_only_rate(make_env, num_envs: int, workers: int, steps: int) -> float:
     return steps * num_envs / seconds
 
 
-def training_rate(example, env, steps: int, directory: str) -> float:
-    """Env steps per second of the example's agent training on ``env`` (warm-up update excluded)."""
+def training_rate(example, env, steps: int, directory: str, split: dict = None) -> float:
+    """Env steps per second of the example's agent training on ``env`` (warm-up update excluded).
+
+    With ``split``, also record the seconds spent inside ``agent.update`` and outside it.
+    """
     set_seed(0)
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
                                                            "directory": directory})
     warmup_steps = agent.cfg.get("rollouts", agent.cfg.get("learning_starts", 100))
     warmup = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True})
     warmup.train()
+    update_seconds = [0.0]
+    update = agent.update
+
+    def timed_update(*args):
+        start = time.perf_counter()
+        update(*args)
+        update_seconds[0] += time.perf_counter() - start
+
+    agent.update = timed_update
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True})
     start = time.perf_counter()
     trainer.train()
-    return steps * env.num_envs / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    if split is not None:
+        split["update_ms_per_step"] = 1e3 * update_seconds[0] / steps
+        split["collect_ms_per_step"] = 1e3 * (seconds - update_seconds[0]) / steps
+    return steps * env.num_envs / seconds
 
 
 def example_training_rate(example, args, directory: str) -> float:
@@ -125,12 +141,23 @@ def main() -> None:
         mpe_figures(args, mappo, directory, report)
     costs = {}
     for agents in (3, 30):
-        rate = best(lambda n=agents: training_rate(mappo, SyntheticEnv(n, num_envs=args.num_envs), args.steps, directory),
-                    args.repeats)
+        runs = []
+        for _ in range(args.repeats):
+            split = {}
+            rate = training_rate(mappo, SyntheticEnv(agents, num_envs=args.num_envs), args.steps, directory, split)
+            runs.append((rate, split))
+        rate, split = max(runs, key=lambda run: run[0])
         costs[agents] = 1e3 * args.num_envs / rate
         report(f"mappo_ms_per_step_{agents}_agents", costs[agents],
                f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
+        report(f"mappo_collect_ms_per_step_{agents}_agents", split["collect_ms_per_step"],
+               "  of which act + env + record + trainer:             {:6.2f} ms")
+        report(f"mappo_update_ms_per_step_{agents}_agents", split["update_ms_per_step"],
+               "  of which the update, amortised:                    {:6.2f} ms")
     report("scaling_30_over_3_agents", costs[30] / costs[3], "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
+    report("collect_scaling_30_over_3_agents",
+           results["mappo_collect_ms_per_step_30_agents"] / results["mappo_collect_ms_per_step_3_agents"],
+           "  growth of act + env + record:   {:8.2f}x")
 
     output = pathlib.Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
