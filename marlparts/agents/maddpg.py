@@ -15,7 +15,7 @@ from torch import nn
 
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
-from marlparts.agents.ppo_core import masked_mean
+from marlparts.agents.losses import masked_mean
 from marlparts.resources.noises import GaussianNoise, linear_scale
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config

@@ -12,6 +12,7 @@ from torch import nn
 from marlparts.agents.advantages import compute_gae
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
+from marlparts.agents.losses import masked_mean
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
@@ -43,12 +44,6 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
     "experiment": EXPERIMENT_DEFAULTS,
 })
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``values`` over the entries where ``mask`` is true (0 if there are none)."""
-    mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 class MultiAgentPPO(MultiAgent):
