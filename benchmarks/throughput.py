@@ -13,8 +13,9 @@ Figures (env steps per second; one env step = one joint step of one env copy):
 4. per-step cost of MAPPO training with shared parameters on a batched synthetic env whose
    step costs nearly nothing, for 3 and 30 agents, and their ratio.
 
-Each figure is the best of ``--repeats`` runs (the machine's other load only slows a run
-down). Run it on an otherwise idle machine. Results go to benchmarks/results/throughput.json.
+The machine's speed drifts from run to run, so each ratio is the median over ``--repeats`` of
+two timings taken back to back; the scaling figures are the best of ``--repeats``. Run it on an
+otherwise idle machine. Results go to benchmarks/results/throughput.json.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import json
 import os
 import pathlib
 import platform
+import statistics
 import sys
 import time
 
@@ -119,7 +121,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--steps", type=int, default=1000, help="vectorized steps per timing (a multiple of 100)")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
     parser.add_argument("--skip-mpe", action="store_true", help="only the synthetic scaling figures")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
@@ -165,27 +167,36 @@ def main() -> None:
     print(f"written to {output}")
 
 
+def paired(numerator, denominator, repeats: int):
+    """Median ratio of ``numerator()`` to ``denominator()`` timed back to back, ``repeats`` times,
+    and the median of each: the machine's speed drifts between runs, a ratio of neighbours does not."""
+    pairs = [(numerator(), denominator()) for _ in range(repeats)]
+    return (statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs),
+            statistics.median(b for _, b in pairs))
+
+
 def mpe_figures(args, mappo, directory, report) -> None:
-    """Env-only and training rates on MPE simple_spread."""
-    env_rate = best(lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps), args.repeats)
+    """Env-only and training rates on MPE simple_spread, each ratio from back-to-back timings."""
+    single = lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps)  # noqa: E731
+    workers = lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps)  # noqa: E731
+    ratio, worker_rate, env_rate = paired(workers, single, args.repeats)
     report("env_only_steps_per_s", env_rate, "env-only, one process:           {:8.0f} env steps/s")
-    worker_rate = best(lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps), args.repeats)
     report("env_only_workers_steps_per_s", worker_rate,
            f"env-only, {args.workers} worker processes:      {{:8.0f}} env steps/s")
-    report("workers_over_single_process", worker_rate / env_rate, "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
+    report("workers_over_single_process", ratio, "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
 
-    train_rate = best(lambda: example_training_rate(mappo, args, directory), args.repeats)
+    ratio, train_rate, env_rate = paired(lambda: example_training_rate(mappo, args, directory), single, args.repeats)
     report("mappo_training_steps_per_s", train_rate, "MAPPO training, one process:     {:8.0f} env steps/s")
-    report("mappo_over_env_only", train_rate / env_rate, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
+    report("mappo_env_only_steps_per_s", env_rate, "  env-only beside it:             {:8.0f} env steps/s")
+    report("mappo_over_env_only", ratio, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
 
     maddpg = load_example(ROOT / "examples/mpe/simple_spread_maddpg.py")
-    continuous_rate = best(lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps), args.repeats)
-    report("env_only_continuous_steps_per_s", continuous_rate, "env-only, continuous actions:    {:8.0f} env steps/s")
-
-    maddpg_train_rate = best(lambda: example_training_rate(maddpg, args, directory), args.repeats)
-    report("maddpg_training_steps_per_s", maddpg_train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")
-    report("maddpg_over_env_only", maddpg_train_rate / continuous_rate,
-           "  ratio to env-only:              {:8.1%} (bar >= 50%)")
+    continuous = lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps)  # noqa: E731
+    ratio, train_rate, env_rate = paired(lambda: example_training_rate(maddpg, args, directory), continuous,
+                                         args.repeats)
+    report("maddpg_training_steps_per_s", train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")
+    report("maddpg_env_only_steps_per_s", env_rate, "  env-only beside it (continuous): {:7.0f} env steps/s")
+    report("maddpg_over_env_only", ratio, "  ratio to env-only:              {:8.1%} (bar >= 50%)")
 
 
 if __name__ == "__main__":

@@ -87,3 +87,15 @@ def test_polyak_update():
     target.update_parameters(source, polyak=0.25)
     for t, b, s in zip(target.parameters(), before, source.parameters()):
         assert torch.allclose(t, 0.75 * b + 0.25 * s)
+
+
+def test_tanh_matches_torch_tanh_in_value_and_gradient():
+    from marlparts.models import Tanh
+
+    x = torch.linspace(-20, 20, 10001, requires_grad=True)
+    reference = x.detach().clone().requires_grad_(True)
+    y = Tanh()(x)
+    assert torch.allclose(y, torch.tanh(reference), atol=1e-6)
+    y.sum().backward()
+    torch.tanh(reference).sum().backward()
+    assert torch.allclose(x.grad, reference.grad, atol=1e-6)

@@ -144,7 +144,7 @@ class MADDPG(MultiAgent):
         target.requires_grad_(False)
         self.targets[id(model)] = target
         rate = self.cfg["actor_learning_rate"] if role == "policy" else self.cfg["critic_learning_rate"]
-        self.optimizers[id(model)] = torch.optim.Adam(model.parameters(), lr=rate)
+        self.make_optimizer(model, rate)
         self.checkpoint_modules.update({name: model, f"target:{name}": target,
                                         f"optimizer:{name}": self.optimizers[id(model)]})
         if role == "policy":

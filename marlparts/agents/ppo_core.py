@@ -126,8 +126,7 @@ class MultiAgentPPO(MultiAgent):
         if id(model) in self.optimizers:
             return
         name = self.model_name(model)
-        optimizer = torch.optim.Adam(model.parameters(), lr=self._model_value("learning_rate", model))
-        self.optimizers[id(model)] = optimizer
+        optimizer = self.make_optimizer(model, self._model_value("learning_rate", model))
         self.checkpoint_modules[name] = model
         self.checkpoint_modules[f"optimizer:{name}"] = optimizer
         scheduler_class = self.cfg["learning_rate_scheduler"]

@@ -6,6 +6,7 @@ import gymnasium
 import torch
 from torch import nn
 
+from marlparts.models.activations import Tanh
 from marlparts.utils.spaces import action_size, flat_size
 
 
@@ -74,14 +75,14 @@ class Model(nn.Module):
 
 
 def mlp(input_size: int, output_size: int, *, hidden_sizes: Sequence[int] = (64, 64),
-        activation: Type[nn.Module] = nn.Tanh, output_gain: float = 1.0) -> nn.Sequential:
+        activation: Type[nn.Module] = Tanh, output_gain: float = 1.0) -> nn.Sequential:
     """A multilayer perceptron with orthogonal initialisation (gain √2, ``output_gain`` for the last layer).
 
     Args:
         input_size: number of inputs.
         output_size: number of outputs.
         hidden_sizes: width of each hidden layer.
-        activation: activation class placed after each hidden layer.
+        activation: activation class placed after each hidden layer (:class:`~marlparts.models.Tanh` by default).
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
     """
     layers, size = [], input_size
