@@ -60,3 +60,32 @@ def box(n):
 
 def parameters_vector(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def load_example(name):
+    """Import ``examples/mpe/<name>.py`` (its folder goes on sys.path: examples share a helper module)."""
+    import importlib.util
+    import sys
+
+    path = ROOT / "examples" / "mpe" / f"{name}.py"
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def greedy_return_after_training(env, agent, budget, episodes=100):
+    """Train ``agent`` on ``env`` for ``budget`` env steps, then the mean greedy return over ``episodes``."""
+    from marlparts.trainers import SequentialTrainer
+
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": budget // env.num_envs,
+                                                             "disable_progressbar": True})
+    trainer.train()
+    result = trainer.eval(episodes=episodes)
+    env.close()
+    return result["mean_return"]

@@ -8,34 +8,19 @@ test's budget MAPPO and IPPO reach about -15; the threshold sits between. The te
 value flows from the future) and assert that they stay below the same threshold.
 """
 
-import importlib.util
-import pathlib
-import sys
-
 import pytest
+from helpers import greedy_return_after_training, load_example
 from mpe2 import simple_spread_v3
 
 from marlparts.envs import wrap_env
-from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUDGET = 150_000  # env steps
 THRESHOLD = -17.5
 
 
-def load_example(name):
-    path = ROOT / "examples" / "mpe" / f"simple_spread_{name}.py"
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))  # the examples import their shared helper module
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def train_and_evaluate(name, tmp_path, seed=0, broken=None):
-    example = load_example(name)
+    example = load_example(f"simple_spread_{name}")
     set_seed(seed)
     env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5), num_envs=16,
                    seed=seed, state_source="observations")
@@ -49,12 +34,7 @@ def train_and_evaluate(name, tmp_path, seed=0, broken=None):
                 group.memory.set_tensor_by_name("advantages", -group.memory.get_tensor_by_name("advantages"))
 
         agent.compute_advantages = flipped
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": BUDGET // env.num_envs,
-                                                             "disable_progressbar": True})
-    trainer.train()
-    result = trainer.eval(episodes=100)
-    env.close()
-    return result["mean_return"]
+    return greedy_return_after_training(env, agent, BUDGET)
 
 
 @pytest.mark.learning

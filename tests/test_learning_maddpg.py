@@ -6,29 +6,19 @@ tests marked ``long`` train broken variants on the same budget (actors that mini
 target networks, i.e. targets from the networks being trained) and check them against it.
 """
 
-import importlib.util
-import pathlib
-import sys
-
 import pytest
+from helpers import greedy_return_after_training, load_example
 from mpe2 import simple_spread_v3
 
 from marlparts.envs import wrap_env
-from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 BUDGET = 100_000  # env steps
 THRESHOLD = -14.0
 
 
 def train_and_evaluate(tmp_path, seed=0, broken=None):
-    path = ROOT / "examples" / "mpe" / "simple_spread_maddpg.py"
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))  # the examples import their shared helper module
-    spec = importlib.util.spec_from_file_location("example_maddpg", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("simple_spread_maddpg")
     set_seed(seed)
     env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5, continuous_actions=True),
                    num_envs=16, seed=seed, state_source="observations")
@@ -36,12 +26,7 @@ def train_and_evaluate(tmp_path, seed=0, broken=None):
     if broken == "actor_minimises_q":
         original = agent.actor_loss
         agent.actor_loss = lambda batches: -original(batches)
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": BUDGET // env.num_envs,
-                                                             "disable_progressbar": True})
-    trainer.train()
-    result = trainer.eval(episodes=100)
-    env.close()
-    return result["mean_return"]
+    return greedy_return_after_training(env, agent, BUDGET)
 
 
 @pytest.mark.learning

@@ -1,9 +1,6 @@
-import importlib.util
-import pathlib
-import sys
-
 import pytest
 import torch
+from helpers import load_example
 from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.agents import MADDPG, MADDPG_DEFAULT_CONFIG, MATD3, MATD3_DEFAULT_CONFIG
@@ -14,8 +11,6 @@ from marlparts.resources import GaussianNoise, OrnsteinUhlenbeckNoise, linear_sc
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 from marlparts.utils.spaces import joint_space
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 class Net(DeterministicMixin, Model):
@@ -222,10 +217,7 @@ def test_save_and_load_restore_models_targets_and_greedy_actions(tmp_path):
 
 
 def test_example_builds_matd3_by_subclass_and_runs():
-    sys.path.insert(0, str(ROOT / "examples" / "mpe"))  # the examples import their shared helper module
-    spec = importlib.util.spec_from_file_location("maddpg_example", ROOT / "examples/mpe/simple_spread_maddpg.py")
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("simple_spread_maddpg")
     for discrete in (False, True):
         env = example.make_env(num_envs=2, discrete=discrete)
         agent = example.make_agent(env, "runs/unused", algorithm=MATD3, default_config=MATD3_DEFAULT_CONFIG,
