@@ -1,5 +1,9 @@
 """Small builders shared by the algorithm tests."""
 
+import importlib.util
+import pathlib
+import sys
+
 import gymnasium
 import numpy as np
 import torch
@@ -7,6 +11,7 @@ import torch
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
+from marlparts.trainers import SequentialTrainer
 from marlparts.utils.config import merge_config
 
 
@@ -62,14 +67,11 @@ def parameters_vector(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def load_example(name):
     """Import ``examples/mpe/<name>.py`` (its folder goes on sys.path: examples share a helper module)."""
-    import importlib.util
-    import sys
-
     path = ROOT / "examples" / "mpe" / f"{name}.py"
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
@@ -81,8 +83,6 @@ def load_example(name):
 
 def greedy_return_after_training(env, agent, budget, episodes=100):
     """Train ``agent`` on ``env`` for ``budget`` env steps, then the mean greedy return over ``episodes``."""
-    from marlparts.trainers import SequentialTrainer
-
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": budget // env.num_envs,
                                                              "disable_progressbar": True})
     trainer.train()
