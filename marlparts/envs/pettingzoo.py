@@ -48,6 +48,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         _, reset_infos = probe.reset(seed=seed)
         self.layout = EnvLayout(probe, reset_infos, state_source=state_source)
         self.possible_agents = list(self.layout.possible_agents)
+        self._agent_ids = frozenset(self.possible_agents)
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.seed = seed
@@ -135,7 +136,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
     def _write_actions(self, actions: Mapping[str, torch.Tensor]) -> None:
         if not isinstance(actions, Mapping):
             raise TypeError(f"step() takes a mapping agent id -> action tensor, got {type(actions).__name__}")
-        unknown = [uid for uid in actions if uid not in self.layout.agents._index]
+        unknown = [uid for uid in actions if uid not in self._agent_ids]
         if unknown:
             raise KeyError(f"actions given for unknown agent ids {unknown}; possible agents: {self.possible_agents}")
         buffer, layout = self._buffers["action"], self.layout.actions
