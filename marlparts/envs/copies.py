@@ -9,6 +9,7 @@ import multiprocessing as mp
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import gymnasium
 import numpy as np
 
 from marlparts.envs.layout import EnvLayout
@@ -137,9 +138,9 @@ class CopyBlock:
     def _action(self, row: int, uid: str) -> Any:
         space = self.layout.action_spaces[uid]
         values = self.b["action"][row, self.action_columns[uid]]
-        if space.__class__.__name__ == "Discrete":
+        if isinstance(space, gymnasium.spaces.Discrete):
             return int(values[0])
-        if space.__class__.__name__ == "MultiDiscrete":
+        if isinstance(space, gymnasium.spaces.MultiDiscrete):
             return values.astype(np.int64).reshape(space.shape)
         return np.clip(values.reshape(space.shape), space.low, space.high).astype(space.dtype)
 
