@@ -86,6 +86,7 @@ class MADDPG(MultiAgent):
             start += self.action_widths[uid]
         self.action_offsets = offsets
         self._group_order = [uid for group in self.groups for uid in group.uids]
+        self._action_bounds: Dict[str, tuple] = {}
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         self.targets: Dict[int, nn.Module] = {}
         self.preprocessors: Dict[int, Optional[nn.Module]] = {}
@@ -187,9 +188,16 @@ class MADDPG(MultiAgent):
         return output.unflatten(0, observations.shape[:2])
 
     def _bounds(self, uid: str, like: torch.Tensor) -> tuple:
-        space = self.action_spaces[uid]
-        return (torch.as_tensor(space.low, dtype=like.dtype, device=like.device).reshape(-1),
-                torch.as_tensor(space.high, dtype=like.dtype, device=like.device).reshape(-1))
+        """``(low, high)`` of a Box action space as flat tensors like ``like`` (converted once per agent)."""
+        if uid not in self._action_bounds:
+            space = self.action_spaces[uid]
+            self._action_bounds[uid] = (torch.as_tensor(space.low, dtype=torch.float32).reshape(-1),
+                                        torch.as_tensor(space.high, dtype=torch.float32).reshape(-1))
+        low, high = self._action_bounds[uid]
+        if low.dtype != like.dtype or low.device != like.device:
+            low, high = low.to(like), high.to(like)
+            self._action_bounds[uid] = (low, high)
+        return low, high
 
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
             timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:

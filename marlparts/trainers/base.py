@@ -76,6 +76,10 @@ class Trainer:
         uncontrolled = [uid for uid in env.possible_agents if uid not in owners]
         if uncontrolled:
             raise ValueError(f"no algorithm controls agent(s) {uncontrolled}")
+        position = {uid: i for i, uid in enumerate(env.possible_agents)}
+        # each algorithm's agents as columns of (envs, all agents) tensors such as episode returns
+        self.agent_columns = [torch.as_tensor([position[uid] for uid in agent.possible_agents])
+                              for agent in self.agents]
 
     def _act(self, observations: Any, states: Any, infos: Any, timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
         actions: Dict[str, torch.Tensor] = {}

@@ -70,9 +70,7 @@ class SequentialTrainer(Trainer):
                 env.close()
 
     def _track_returns(self, finished: torch.Tensor) -> None:
-        position = {uid: i for i, uid in enumerate(self.env.possible_agents)}
-        for agent in self.agents:
-            columns = [position[uid] for uid in agent.possible_agents]
+        for agent, columns in zip(self.agents, self.agent_columns):
             agent.track_episode_returns(finished[:, columns])
 
     def eval(self, episodes: int = None) -> Dict[str, Any]:
