@@ -16,20 +16,20 @@ class SyntheticEnv(MultiAgentEnv):
     from a precomputed bank, so a step is a few tensor views."""
 
     def __init__(self, num_agents: int, *, num_envs: int = 16, obs_size: int = 18, episode_length: int = 25,
-                 seed: int = 0) -> None:
+                 seed: int = 0, device: str = "cpu") -> None:
         generator = torch.Generator().manual_seed(seed)
         self.possible_agents = [f"agent_{i}" for i in range(num_agents)]
         self.num_envs = num_envs
-        self.device = torch.device("cpu")
+        self.device = torch.device(device)
         self.episode_length = episode_length
         self._obs_space = gymnasium.spaces.Box(-np.inf, np.inf, (obs_size,), np.float32)
         self._action_space = gymnasium.spaces.Discrete(5)
         self._layout = AgentLayout(self.possible_agents, [obs_size] * num_agents)
         self._unit = AgentLayout(self.possible_agents, [1] * num_agents)
-        self._bank = torch.randn(64, num_envs, num_agents * obs_size, generator=generator)
-        self._rewards = torch.randn(64, num_envs, num_agents, generator=generator)
-        self._false = torch.zeros(num_envs, num_agents, dtype=torch.bool)
-        self._true = torch.ones(num_envs, num_agents, dtype=torch.bool)
+        self._bank = torch.randn(64, num_envs, num_agents * obs_size, generator=generator).to(self.device)
+        self._rewards = torch.randn(64, num_envs, num_agents, generator=generator).to(self.device)
+        self._false = torch.zeros(num_envs, num_agents, dtype=torch.bool, device=self.device)
+        self._true = torch.ones(num_envs, num_agents, dtype=torch.bool, device=self.device)
         self._t = 0
 
     @property
@@ -49,7 +49,7 @@ class SyntheticEnv(MultiAgentEnv):
 
     def _infos(self, ended: bool, final: torch.Tensor) -> Dict[str, Any]:
         return {"active": AgentTensors(self._true[:, :], self._unit),
-                "episode_end": torch.full((self.num_envs, 1), ended),
+                "episode_end": torch.full((self.num_envs, 1), ended, device=self.device),
                 "final_observation": AgentTensors(final, self._layout), "final_state": final}
 
     def reset(self) -> Tuple[AgentTensors, Dict[str, Any]]:

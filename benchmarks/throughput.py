@@ -53,15 +53,16 @@ def random_actions(env, generator):
     for uid in env.possible_agents:
         space = env.action_space(uid)
         if hasattr(space, "n"):
-            actions[uid] = torch.randint(0, int(space.n), (env.num_envs, 1), generator=generator)
+            action = torch.randint(0, int(space.n), (env.num_envs, 1), generator=generator)
         else:
             low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
-            actions[uid] = low + torch.rand(env.num_envs, *space.shape, generator=generator) * (high - low)
+            action = low + torch.rand(env.num_envs, *space.shape, generator=generator) * (high - low)
+        actions[uid] = action.to(env.device)
     return actions
 
 
-def env_only_rate(make_env, num_envs: int, workers: int, steps: int) -> float:
-    env = make_env(num_envs, workers, 0)
+def env_only_rate(make_env, num_envs: int, workers: int, steps: int, device: str = "cpu") -> float:
+    env = make_env(num_envs, workers, 0, device=device)
     env.reset()
     generator = torch.Generator().manual_seed(0)
     for _ in range(20):
@@ -106,7 +107,7 @@ def training_rate(example, env, steps: int, directory: str, split: dict = None) 
 
 def example_training_rate(example, args, directory: str) -> float:
     """Training rate of an example's agent on its own env, copies in this process."""
-    env = example.make_env(args.num_envs, 0, 0)
+    env = example.make_env(args.num_envs, 0, 0, device=args.device)
     rate = training_rate(example, env, args.steps, directory)
     env.close()
     return rate
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="vectorized steps per timing (a multiple of 100)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
+    parser.add_argument("--device", default="cpu", help="where the agents' tensors live (cpu, cuda)")
     parser.add_argument("--skip-mpe", action="store_true", help="only the synthetic scaling figures")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/throughput.json"))
@@ -132,7 +134,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     mappo = load_example(ROOT / "examples/mpe/simple_spread_mappo.py")
     directory = "/tmp/marlparts_throughput"
-    results = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "num_envs": args.num_envs,
+    results = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "device": args.device,
+               "num_envs": args.num_envs,
                "torch_threads": torch.get_num_threads(), "steps_per_timing": args.steps, "repeats": args.repeats}
 
     def report(key, value, text):
@@ -146,7 +149,8 @@ def main() -> None:
         runs = []
         for _ in range(args.repeats):
             split = {}
-            rate = training_rate(mappo, SyntheticEnv(agents, num_envs=args.num_envs), args.steps, directory, split)
+            env = SyntheticEnv(agents, num_envs=args.num_envs, device=args.device)
+            rate = training_rate(mappo, env, args.steps, directory, split)
             runs.append((rate, split))
         rate, split = max(runs, key=lambda run: run[0])
         costs[agents] = 1e3 * args.num_envs / rate
@@ -177,8 +181,8 @@ def paired(numerator, denominator, repeats: int):
 
 def mpe_figures(args, mappo, directory, report) -> None:
     """Env-only and training rates on MPE simple_spread, each ratio from back-to-back timings."""
-    single = lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps)  # noqa: E731
-    workers = lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps)  # noqa: E731
+    single = lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps, args.device)  # noqa: E731
+    workers = lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps, args.device)  # noqa: E731
     ratio, worker_rate, env_rate = paired(workers, single, args.repeats)
     report("env_only_steps_per_s", env_rate, "env-only, one process:           {:8.0f} env steps/s")
     report("env_only_workers_steps_per_s", worker_rate,
@@ -191,7 +195,7 @@ def mpe_figures(args, mappo, directory, report) -> None:
     report("mappo_over_env_only", ratio, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
 
     maddpg = load_example(ROOT / "examples/mpe/simple_spread_maddpg.py")
-    continuous = lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps)  # noqa: E731
+    continuous = lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps, args.device)  # noqa: E731
     ratio, train_rate, env_rate = paired(lambda: example_training_rate(maddpg, args, directory), continuous,
                                          args.repeats)
     report("maddpg_training_steps_per_s", train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")

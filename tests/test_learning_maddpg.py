@@ -22,7 +22,9 @@ def train_and_evaluate(tmp_path, seed=0, broken=None):
     set_seed(seed)
     env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5, continuous_actions=True),
                    num_envs=16, seed=seed, state_source="observations")
-    agent = example.make_agent(env, str(tmp_path), **({"polyak": 1.0} if broken == "no_target_networks" else {}))
+    # one gradient step per vectorized step (the example does one per 4): the short budget needs the updates
+    overrides = {"update_interval": 1, **({"polyak": 1.0} if broken == "no_target_networks" else {})}
+    agent = example.make_agent(env, str(tmp_path), **overrides)
     if broken == "actor_minimises_q":
         original = agent.actor_loss
         agent.actor_loss = lambda batches: -original(batches)

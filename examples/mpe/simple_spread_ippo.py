@@ -40,10 +40,10 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0) -> MultiAgentEnv:
-    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies."""
+def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, device: str = "cpu") -> MultiAgentEnv:
+    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``."""
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5),
-                    num_envs=num_envs, workers=workers, seed=seed,
+                    num_envs=num_envs, workers=workers, seed=seed, device=device,
                     state_source="observations")  # equals mpe2's state(), without recomputing it
 
 
@@ -73,7 +73,7 @@ def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
     args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_ippo")
     set_seed(args.seed)
-    env = make_env(args.num_envs, args.workers, args.seed)
+    env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)
 
 

@@ -50,11 +50,11 @@ class Critic(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, discrete: bool = False) -> MultiAgentEnv:
-    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies."""
+def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, discrete: bool = False, device: str = "cpu") -> MultiAgentEnv:
+    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``."""
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
                                                           continuous_actions=not discrete),
-                    num_envs=num_envs, workers=workers, seed=seed,
+                    num_envs=num_envs, workers=workers, seed=seed, device=device,
                     state_source="observations")  # equals mpe2's state(), without recomputing it
 
 
@@ -71,6 +71,7 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_maddpg",
     cfg = default_config.copy()
     cfg["batch_size"] = 1024
     cfg["learning_starts"] = 100
+    cfg["update_interval"] = 4  # one gradient step per 4 x num_envs env steps (the paper: one per 100 samples)
     cfg["discount_factor"] = 0.95
     cfg["polyak"] = 0.01
     cfg["actor_learning_rate"] = 1e-3
@@ -89,7 +90,7 @@ def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
     args = parse_arguments(__doc__, timesteps=2_000_000, directory="runs/simple_spread_maddpg", discrete_flag=True)
     set_seed(args.seed)
-    env = make_env(args.num_envs, args.workers, args.seed, discrete=args.discrete)
+    env = make_env(args.num_envs, args.workers, args.seed, device=args.device, discrete=args.discrete)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)
 
 

@@ -25,7 +25,7 @@ def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
     args = parse_arguments(__doc__, timesteps=2_000_000, directory="runs/simple_spread_matd3")
     set_seed(args.seed)
-    env = make_env(args.num_envs, args.workers, args.seed)
+    env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)
 
 

@@ -1,0 +1,69 @@
+"""The CUDA path: env outputs, models, memories and updates all on the GPU; checkpoints move to the CPU.
+
+Skipped where PyTorch sees no CUDA device.
+"""
+
+import pytest
+import torch
+from helpers import load_example
+from mpe2 import simple_spread_v3
+
+from marlparts.envs import wrap_env
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# (example, discrete actions, vectorized steps: enough for several updates)
+CASES = [("simple_spread_mappo", True, 250), ("simple_spread_ippo", True, 250),
+         ("simple_spread_maddpg", False, 120), ("simple_spread_maddpg", True, 120), ("simple_spread_matd3", False, 120)]
+
+
+def make_env(discrete, device):
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
+                                                          continuous_actions=not discrete),
+                    num_envs=4, seed=0, device=device, state_source="observations")
+
+
+def build(example, env, directory):
+    return example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
+                                                          "directory": directory})
+
+
+@pytest.mark.parametrize("name, discrete, steps", CASES)
+def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cpu(name, discrete, steps, tmp_path):
+    example = load_example(name)
+    set_seed(0)
+    env = make_env(discrete, "cuda")
+    agent = build(example, env, str(tmp_path))
+    observations, infos = env.reset()
+    assert all(value.is_cuda for value in observations.values())
+    assert env.state().is_cuda
+
+    before = [parameter.detach().clone() for model in agent.distinct_models() for parameter in model.parameters()]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
+    after = [parameter.detach() for model in agent.distinct_models() for parameter in model.parameters()]
+    assert all(parameter.is_cuda for parameter in after)
+    assert any(not torch.equal(a, b) for a, b in zip(before, after)), "no parameter changed: no update ran"
+    for group in agent.groups:
+        for tensor_name, tensor in group.memory.tensors.items():
+            assert tensor.is_cuda, f"memory tensor {tensor_name} is not on the GPU"
+
+    # fresh copies with the same seed start from the same observations on either device
+    gpu_env, cpu_env = make_env(discrete, "cuda"), make_env(discrete, "cpu")
+    observations, infos = gpu_env.reset()
+    cpu_observations, cpu_infos = cpu_env.reset()
+    agent.set_mode("eval")
+    actions = agent.act(observations, gpu_env.state(), infos, 0, 1)
+    assert all(action.is_cuda for action in actions.values())
+
+    checkpoint = str(tmp_path / "agent.pt")
+    agent.save(checkpoint)
+    cpu_agent = build(example, cpu_env, str(tmp_path / "cpu"))
+    cpu_agent.load(checkpoint)
+    cpu_agent.set_mode("eval")
+    cpu_actions = cpu_agent.act(cpu_observations, cpu_env.state(), cpu_infos, 0, 1)
+    for uid in env.possible_agents:
+        assert torch.allclose(cpu_actions[uid].float(), actions[uid].cpu().float(), atol=1e-4), uid
+    for opened in (env, gpu_env, cpu_env):
+        opened.close()
