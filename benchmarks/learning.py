@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--algorithm", choices=sorted(EXAMPLES), default="mappo")
     parser.add_argument("--timesteps", type=int, default=1_000_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-envs", type=int, default=0, help="env copies (default: the example's own)")
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--override", default="{}", help="JSON dict of config overrides")
     parser.add_argument("--directory", default="runs/benchmark", help="experiment folder (TensorBoard, checkpoints)")
@@ -54,6 +54,7 @@ def main() -> None:
     output = pathlib.Path(args.output or ROOT / f"benchmarks/results/learning_{args.algorithm}.json")
     output.parent.mkdir(parents=True, exist_ok=True)
     overrides = json.loads(args.override)
+    args.num_envs = args.num_envs or example.make_env.__defaults__[0]
     record = {"algorithm": args.algorithm, "task": "simple_spread_v3 N=3 max_cycles=25 local_ratio=0.5",
               "timesteps": args.timesteps, "num_envs": args.num_envs, "overrides": overrides, "seeds": {}}
     for seed in args.seeds:

@@ -1,21 +1,23 @@
 """Throughput benchmark: env-only stepping against training, and scaling with the number of agents.
 
-    python benchmarks/throughput.py            # full run, about 4 minutes
+    python benchmarks/throughput.py            # full run, about 6 minutes
     python benchmarks/throughput.py --quick    # smoke run
 
 Figures (env steps per second; one env step = one joint step of one env copy):
 
-1. env-only rate on MPE simple_spread with ``--num-envs`` copies in one process (random actions);
-2. env-only rate with the copies in 2 worker processes, and its ratio to (1);
-3. MAPPO training rate (the example's config, act + env + record + update) in one process,
-   and its ratio to (1); the same for MADDPG (continuous actions, against env-only stepping of
-   the continuous task);
+1. env-only rate on MPE simple_spread in one process (random actions), with the MAPPO
+   example's number of copies;
+2. env-only rate with the same copies in ``--workers`` worker processes, and its ratio to (1);
+3. MAPPO training rate (the example's config: act + env + record + update) in one process,
+   and its ratio to env-only stepping of the same copies; the same for MADDPG (its example's
+   config and copies, continuous actions, against env-only stepping of the continuous task);
 4. per-step cost of MAPPO training with shared parameters on a batched synthetic env whose
    step costs nearly nothing, for 3 and 30 agents, and their ratio.
 
-The machine's speed drifts from run to run, so each ratio is the median over ``--repeats`` of
-two timings taken back to back; the scaling figures are the best of ``--repeats``. Run it on an
-otherwise idle machine. Results go to benchmarks/results/throughput.json.
+This machine's speed drifts by tens of percent from minute to minute, so two rates are never
+timed far apart: each comparison alternates short chunks of the two workloads (A B B A ...)
+for ``--rounds`` rounds and divides the summed times. Run it on an otherwise idle machine.
+Results go to benchmarks/results/throughput.json.
 """
 
 import argparse
@@ -24,9 +26,9 @@ import json
 import os
 import pathlib
 import platform
-import statistics
 import sys
 import time
+from typing import Callable, Dict, Tuple
 
 import torch
 
@@ -40,11 +42,18 @@ from marlparts.trainers import SequentialTrainer  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
 
 
-def load_example(path: pathlib.Path):
+def load_example(name: str):
+    """Import ``examples/mpe/<name>.py``."""
+    path = ROOT / "examples" / "mpe" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def default_num_envs(example) -> int:
+    """The number of copies the example's ``make_env`` makes by default."""
+    return example.make_env.__defaults__[0]
 
 
 def random_actions(env, generator):
@@ -61,146 +70,148 @@ def random_actions(env, generator):
     return actions
 
 
-def env_only_rate(make_env, num_envs: int, workers: int, steps: int, device: str = "cpu") -> float:
-    env = make_env(num_envs, workers, 0, device=device)
+def env_stepper(env) -> Callable[[int], None]:
+    """A function that steps ``env`` ``n`` times with random actions."""
     env.reset()
     generator = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        env.step(random_actions(env, generator))
-    start = time.perf_counter()
-    for _ in range(steps):
-        env.step(random_actions(env, generator))
-    seconds = time.perf_counter() - start
-    env.close()
-    return steps * num_envs / seconds
+
+    def step(n: int) -> None:
+        for _ in range(n):
+            env.step(random_actions(env, generator))
+    return step
 
 
-def training_rate(example, env, steps: int, directory: str, split: dict = None) -> float:
-    """Env steps per second of the example's agent training on ``env`` (warm-up update excluded).
-
-    With ``split``, also record the seconds spent inside ``agent.update`` and outside it.
-    """
+def training_stepper(example, env, directory: str) -> Tuple[Callable[[int], None], Dict[str, float]]:
+    """A function that trains the example's agent on ``env`` for ``n`` vectorized steps, and a
+    dict that sums the seconds spent inside ``agent.update``. One warm-up update runs first."""
     set_seed(0)
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
                                                            "directory": directory})
     warmup_steps = agent.cfg.get("rollouts", agent.cfg.get("learning_starts", 100))
-    warmup = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True})
-    warmup.train()
-    update_seconds = [0.0]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True}).train()
+    seconds = {"update": 0.0}
     update = agent.update
 
     def timed_update(*args):
         start = time.perf_counter()
         update(*args)
-        update_seconds[0] += time.perf_counter() - start
+        seconds["update"] += time.perf_counter() - start
 
     agent.update = timed_update
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True})
-    start = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - start
-    if split is not None:
-        split["update_ms_per_step"] = 1e3 * update_seconds[0] / steps
-        split["collect_ms_per_step"] = 1e3 * (seconds - update_seconds[0]) / steps
-    return steps * env.num_envs / seconds
+
+    def step(n: int) -> None:
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": n, "disable_progressbar": True}).train()
+    return step, seconds
 
 
-def example_training_rate(example, args, directory: str) -> float:
-    """Training rate of an example's agent on its own env, copies in this process."""
-    env = example.make_env(args.num_envs, 0, 0, device=args.device)
-    rate = training_rate(example, env, args.steps, directory)
-    env.close()
-    return rate
+def interleaved(first: Callable[[int], None], second: Callable[[int], None], chunk: int, rounds: int) -> Tuple[float, float]:
+    """Seconds per call-step of ``first`` and ``second``, timed in alternating chunks of ``chunk``
+    steps (A B B A A B ...), after one untimed chunk of each."""
+    first(chunk)
+    second(chunk)
+    totals = [0.0, 0.0]
+    for round_index in range(rounds):
+        order = ((0, first), (1, second)) if round_index % 2 == 0 else ((1, second), (0, first))
+        for slot, function in order:
+            start = time.perf_counter()
+            function(chunk)
+            totals[slot] += time.perf_counter() - start
+    return totals[0] / (chunk * rounds), totals[1] / (chunk * rounds)
 
 
-def best(function, repeats: int) -> float:
-    return max(function() for _ in range(repeats))
+def mpe_figures(args, report) -> None:
+    """Env-only and training rates on MPE simple_spread, each pair timed in alternating chunks."""
+    mappo = load_example("simple_spread_mappo")
+    num_envs = args.num_envs or default_num_envs(mappo)
+    single_env = mappo.make_env(num_envs, 0, 0, device=args.device)
+    worker_env = mappo.make_env(num_envs, args.workers, 0, device=args.device)
+    single = env_stepper(single_env)
+    single_seconds, worker_seconds = interleaved(single, env_stepper(worker_env), args.chunk, args.rounds)
+    worker_env.close()
+    report("mappo_num_envs", num_envs, "MPE simple_spread, {} copies")
+    report("env_only_steps_per_s", num_envs / single_seconds, "env-only, one process:           {:8.0f} env steps/s")
+    report("env_only_workers_steps_per_s", num_envs / worker_seconds,
+           f"env-only, {args.workers} worker processes:      {{:8.0f}} env steps/s")
+    report("workers_over_single_process", single_seconds / worker_seconds,
+           "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
+
+    train_env = mappo.make_env(num_envs, 0, 0, device=args.device)
+    train, seconds = training_stepper(mappo, train_env, args.directory)
+    train_seconds, env_seconds = interleaved(train, single, args.chunk, args.rounds)
+    train_env.close()
+    single_env.close()
+    report("mappo_training_steps_per_s", num_envs / train_seconds, "MAPPO training, one process:     {:8.0f} env steps/s")
+    report("mappo_env_only_steps_per_s", num_envs / env_seconds, "  env-only beside it:             {:8.0f} env steps/s")
+    report("mappo_over_env_only", env_seconds / train_seconds, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
+    report("mappo_update_share", seconds["update"] / (train_seconds * args.chunk * (args.rounds + 1)),
+           "  share of training time in update: {:6.1%}")
+
+    maddpg = load_example("simple_spread_maddpg")
+    num_envs = args.num_envs or default_num_envs(maddpg)
+    train_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
+    single_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
+    train, _ = training_stepper(maddpg, train_env, args.directory)
+    train_seconds, env_seconds = interleaved(train, env_stepper(single_env), args.chunk, args.rounds)
+    train_env.close()
+    single_env.close()
+    report("maddpg_num_envs", num_envs, "MADDPG, {} copies")
+    report("maddpg_training_steps_per_s", num_envs / train_seconds, "MADDPG training, one process:    {:8.0f} env steps/s")
+    report("maddpg_env_only_steps_per_s", num_envs / env_seconds, "  env-only beside it (continuous): {:7.0f} env steps/s")
+    report("maddpg_over_env_only", env_seconds / train_seconds, "  ratio to env-only:              {:8.1%} (bar >= 50%)")
+
+
+def scaling_figures(args, report) -> None:
+    """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks."""
+    mappo = load_example("simple_spread_mappo")
+    num_envs = args.num_envs or default_num_envs(mappo)
+    few, few_seconds = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device), args.directory)
+    many, many_seconds = training_stepper(mappo, SyntheticEnv(30, num_envs=num_envs, device=args.device),
+                                          args.directory)
+    few_step, many_step = interleaved(few, many, args.chunk, args.rounds)
+    timed_steps = args.chunk * (args.rounds + 1)
+    report("synthetic_num_envs", num_envs, "synthetic env, {} copies")
+    for agents, step, seconds in ((3, few_step, few_seconds), (30, many_step, many_seconds)):
+        update = seconds["update"] / timed_steps
+        report(f"mappo_ms_per_step_{agents}_agents", 1e3 * step,
+               f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
+        report(f"mappo_collect_ms_per_step_{agents}_agents", 1e3 * (step - update),
+               "  of which act + env + record + trainer:             {:6.2f} ms")
+        report(f"mappo_update_ms_per_step_{agents}_agents", 1e3 * update,
+               "  of which the update, amortised:                    {:6.2f} ms")
+    report("scaling_30_over_3_agents", many_step / few_step, "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-envs", type=int, default=0, help="env copies (default: each example's own)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=1000, help="vectorized steps per timing (a multiple of 100)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--chunk", type=int, default=100, help="vectorized steps per timed chunk (a multiple of the"
+                                                             " example's rollout length)")
+    parser.add_argument("--rounds", type=int, default=12, help="alternating chunks per comparison")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
     parser.add_argument("--device", default="cpu", help="where the agents' tensors live (cpu, cuda)")
     parser.add_argument("--skip-mpe", action="store_true", help="only the synthetic scaling figures")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
+    parser.add_argument("--directory", default="/tmp/marlparts_throughput", help="experiment folder of the agents")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/throughput.json"))
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.repeats = 200, 1
+        args.rounds = 1
     torch.set_num_threads(args.threads)
-    mappo = load_example(ROOT / "examples/mpe/simple_spread_mappo.py")
-    directory = "/tmp/marlparts_throughput"
     results = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "device": args.device,
-               "num_envs": args.num_envs,
-               "torch_threads": torch.get_num_threads(), "steps_per_timing": args.steps, "repeats": args.repeats}
+               "torch_threads": torch.get_num_threads(), "chunk": args.chunk, "rounds": args.rounds}
 
     def report(key, value, text):
         results[key] = value
         print(text.format(value), flush=True)
 
     if not args.skip_mpe:
-        mpe_figures(args, mappo, directory, report)
-    costs = {}
-    for agents in (3, 30):
-        runs = []
-        for _ in range(args.repeats):
-            split = {}
-            env = SyntheticEnv(agents, num_envs=args.num_envs, device=args.device)
-            rate = training_rate(mappo, env, args.steps, directory, split)
-            runs.append((rate, split))
-        rate, split = max(runs, key=lambda run: run[0])
-        costs[agents] = 1e3 * args.num_envs / rate
-        report(f"mappo_ms_per_step_{agents}_agents", costs[agents],
-               f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
-        report(f"mappo_collect_ms_per_step_{agents}_agents", split["collect_ms_per_step"],
-               "  of which act + env + record + trainer:             {:6.2f} ms")
-        report(f"mappo_update_ms_per_step_{agents}_agents", split["update_ms_per_step"],
-               "  of which the update, amortised:                    {:6.2f} ms")
-    report("scaling_30_over_3_agents", costs[30] / costs[3], "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
-    report("collect_scaling_30_over_3_agents",
-           results["mappo_collect_ms_per_step_30_agents"] / results["mappo_collect_ms_per_step_3_agents"],
-           "  growth of act + env + record:   {:8.2f}x")
-
+        mpe_figures(args, report)
+    scaling_figures(args, report)
     output = pathlib.Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))
     print(f"written to {output}")
-
-
-def paired(numerator, denominator, repeats: int):
-    """Median ratio of ``numerator()`` to ``denominator()`` timed back to back, ``repeats`` times,
-    and the median of each: the machine's speed drifts between runs, a ratio of neighbours does not."""
-    pairs = [(numerator(), denominator()) for _ in range(repeats)]
-    return (statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs),
-            statistics.median(b for _, b in pairs))
-
-
-def mpe_figures(args, mappo, directory, report) -> None:
-    """Env-only and training rates on MPE simple_spread, each ratio from back-to-back timings."""
-    single = lambda: env_only_rate(mappo.make_env, args.num_envs, 0, args.steps, args.device)  # noqa: E731
-    workers = lambda: env_only_rate(mappo.make_env, args.num_envs, args.workers, args.steps, args.device)  # noqa: E731
-    ratio, worker_rate, env_rate = paired(workers, single, args.repeats)
-    report("env_only_steps_per_s", env_rate, "env-only, one process:           {:8.0f} env steps/s")
-    report("env_only_workers_steps_per_s", worker_rate,
-           f"env-only, {args.workers} worker processes:      {{:8.0f}} env steps/s")
-    report("workers_over_single_process", ratio, "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
-
-    ratio, train_rate, env_rate = paired(lambda: example_training_rate(mappo, args, directory), single, args.repeats)
-    report("mappo_training_steps_per_s", train_rate, "MAPPO training, one process:     {:8.0f} env steps/s")
-    report("mappo_env_only_steps_per_s", env_rate, "  env-only beside it:             {:8.0f} env steps/s")
-    report("mappo_over_env_only", ratio, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
-
-    maddpg = load_example(ROOT / "examples/mpe/simple_spread_maddpg.py")
-    continuous = lambda: env_only_rate(maddpg.make_env, args.num_envs, 0, args.steps, args.device)  # noqa: E731
-    ratio, train_rate, env_rate = paired(lambda: example_training_rate(maddpg, args, directory), continuous,
-                                         args.repeats)
-    report("maddpg_training_steps_per_s", train_rate, "MADDPG training, one process:    {:8.0f} env steps/s")
-    report("maddpg_env_only_steps_per_s", env_rate, "  env-only beside it (continuous): {:7.0f} env steps/s")
-    report("maddpg_over_env_only", ratio, "  ratio to env-only:              {:8.1%} (bar >= 50%)")
 
 
 if __name__ == "__main__":

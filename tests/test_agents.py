@@ -279,3 +279,44 @@ def test_best_checkpoint_follows_the_recent_mean_return(tmp_path):
     agent.write_checkpoint(30)
     assert torch.load(best, weights_only=True)["best_return"] == -5.0
     assert (tmp_path / "best" / "checkpoints" / "agent_20.pt").exists()
+
+
+def test_preprocessor_statistics_are_fixed_during_a_rollout_and_updated_after_it(tmp_path):
+    from marlparts.resources import RunningStandardScaler
+
+    set_seed(0)
+    env = spread(num_envs=4)
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path),
+                        cfg={"observation_preprocessor": RunningStandardScaler,
+                             "state_preprocessor": RunningStandardScaler, "learning_epochs": 1, "mini_batches": 1})
+    policy, value = agent.groups[0].models["policy"], agent.groups[0].models["value"]
+    observation_scaler = agent.observation_preprocessors[id(policy)]
+    state_scaler = agent.state_preprocessors[id(value)]
+    kls = []
+    original = agent.group_losses
+
+    def recording_losses(group, indexes):
+        losses = original(group, indexes)
+        kls.append(losses["kl"].item())
+        return losses
+
+    agent.group_losses = recording_losses
+    counts = []
+    update = agent.update
+    agent.update = lambda *args: (counts.append(float(observation_scaler.current_count)), update(*args))
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 4, "disable_progressbar": True}).train()
+    assert counts == [1.0], "statistics changed while the rollout was collected"  # a new scaler counts 1
+    assert float(observation_scaler.current_count) == 1 + 4 * 4 * 3  # steps x copies x agents
+    assert float(state_scaler.current_count) == 1 + 4 * 4  # steps x copies
+    assert abs(kls[0]) < 1e-6, "the first minibatch must start at probability ratio 1"
+
+
+def test_ppo_updates_when_the_rollout_is_full_across_train_calls(tmp_path):
+    env = spread(num_envs=2)
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path), cfg={"learning_epochs": 1, "mini_batches": 1})
+    updates = []
+    update = agent.update
+    agent.update = lambda *args: (updates.append(agent.groups[0].memory.filled), update(*args))
+    for steps in (3, 3, 2):  # 8 steps: a full rollout after the 4th and the 8th
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
+    assert updates == [True, True]

@@ -221,7 +221,7 @@ def test_example_builds_matd3_by_subclass_and_runs():
     for discrete in (False, True):
         env = example.make_env(num_envs=2, discrete=discrete)
         agent = example.make_agent(env, "runs/unused", algorithm=MATD3, default_config=MATD3_DEFAULT_CONFIG,
-                                   critic_roles=("critic", "critic_2"), batch_size=16, learning_starts=8,
+                                   critic_roles=("critic", "critic_2"), batch_size=16, learning_starts=8, update_interval=1,
                                    experiment={"tensorboard": False, "checkpoint_interval": 0})
         run(agent, env, 12)
         assert agent.gradient_step == 5
@@ -238,3 +238,13 @@ def test_actor_step_leaves_the_critics_trainable_and_unchanged():
     agent.update(0, 1)
     assert all(p.requires_grad for p in critic.parameters())
     assert any(not torch.equal(b, p) for b, p in zip(before, critic.parameters()))
+
+
+def test_learning_starts_and_update_interval_count_stored_steps_across_train_calls():
+    set_seed(0)
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env, cfg={"learning_starts": 6, "update_interval": 2})
+    run(agent, env, 5)  # 5 steps stored: none of them an update step
+    assert agent.gradient_step == 0
+    run(agent, env, 5)  # steps 6..10: updates after steps 6, 8 and 10
+    assert agent.recorded_steps == 10 and agent.gradient_step == 3

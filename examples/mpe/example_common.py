@@ -7,14 +7,15 @@ from marlparts.envs import MultiAgentEnv
 from marlparts.trainers import SequentialTrainer
 
 
-def parse_arguments(description: str, *, timesteps: int, directory: str, discrete_flag: bool = False) -> argparse.Namespace:
+def parse_arguments(description: str, *, timesteps: int, directory: str, num_envs: int = 16,
+                    discrete_flag: bool = False) -> argparse.Namespace:
     """``--timesteps`` (env steps, all copies counted), ``--seed``, ``--num-envs``, ``--workers``, ``--directory``
     ``--device`` (and ``--discrete`` when asked).
     """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--timesteps", type=int, default=timesteps, help="env steps (all copies counted)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--num-envs", type=int, default=num_envs, help="env copies stepped together")
     parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
     parser.add_argument("--device", default="cpu", help="where tensors, models and updates live (cpu, cuda, ...)")
     parser.add_argument("--directory", default=directory, help="where TensorBoard logs and checkpoints go")

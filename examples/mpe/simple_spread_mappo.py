@@ -40,7 +40,7 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, continuous: bool = False, device: str = "cpu") -> MultiAgentEnv:
+def make_env(num_envs: int = 64, workers: int = 0, seed: int = 0, continuous: bool = False, device: str = "cpu") -> MultiAgentEnv:
     """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``."""
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
                                                           continuous_actions=continuous),
@@ -56,9 +56,9 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_mappo", 
     models = {uid: {"policy": policy, "value": value} for uid in env.possible_agents}
 
     cfg = MAPPO_DEFAULT_CONFIG.copy()
-    cfg["rollouts"] = 100
+    cfg["rollouts"] = 25  # one whole episode of every copy per update: 64 x 25 = 1600 env steps
     cfg["learning_epochs"] = 10
-    cfg["mini_batches"] = 4
+    cfg["mini_batches"] = 2
     cfg["learning_rate"] = 7e-4
     cfg["observation_preprocessor"] = RunningStandardScaler
     cfg["state_preprocessor"] = RunningStandardScaler
@@ -72,7 +72,7 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_mappo", 
 
 def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
-    args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_mappo")
+    args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_mappo", num_envs=64)
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)

@@ -70,6 +70,7 @@ class MADDPG(MultiAgent):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         cfg = self.cfg
+        self.recorded_steps = 0  # vectorized steps stored; drives learning_starts, update_interval and exploration
         if cfg["critic_input"] not in ("observations", "state"):
             raise ValueError(f"cfg['critic_input'] must be 'observations' or 'state', got {cfg['critic_input']!r}")
         if cfg["critic_input"] == "state" and self.state_spaces is None:
@@ -205,13 +206,13 @@ class MADDPG(MultiAgent):
         actions: Dict[str, torch.Tensor] = {}
         explore = self.training or self.stochastic_evaluation
         exploration = self.cfg["exploration"]
-        scale = linear_scale(timestep, initial_scale=exploration["initial_scale"],
+        scale = linear_scale(self.recorded_steps, initial_scale=exploration["initial_scale"],
                              final_scale=exploration["final_scale"], timesteps=exploration["timesteps"])
         for group in self.groups:
             uid = group.uids[0]
             obs = self._observations(group, stack_agents(observations, group.uids), train=self.training)
             output = self._policy_outputs(group.models["policy"], obs)
-            random = self.training and timestep < self.cfg["random_timesteps"]
+            random = self.training and self.recorded_steps < self.cfg["random_timesteps"]
             if self.discrete[uid]:
                 if random:
                     output = torch.zeros_like(output)
@@ -261,11 +262,14 @@ class MADDPG(MultiAgent):
             noise = group.cache["noise"]
             if noise is not None and "episode_end" in infos:
                 noise.reset(infos["episode_end"].reshape(-1, 1).expand(-1, group.size).reshape(-1))
+        self.recorded_steps += 1
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
-        """Update every ``update_interval`` steps once ``learning_starts`` steps are stored."""
-        if self.training and timestep + 1 >= self.cfg["learning_starts"] and \
-                (timestep + 1) % self.cfg["update_interval"] == 0:
+        """Update every ``update_interval`` stored steps once ``learning_starts`` steps are stored
+        (counted by the agent, not by the trainer's ``timestep``, so several ``train()`` calls continue the count).
+        """
+        steps = self.recorded_steps
+        if self.training and steps >= self.cfg["learning_starts"] and steps % self.cfg["update_interval"] == 0:
             self.update(timestep, timesteps)
         super().post_interaction(timestep, timesteps)
 

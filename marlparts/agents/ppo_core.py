@@ -54,6 +54,11 @@ class MultiAgentPPO(MultiAgent):
     shared by every group) takes one step per minibatch with the gradient of the mean of the
     agents' losses. Steps where an agent is inactive (it left the episode) are left out of
     every loss and statistic.
+
+    Observation and state preprocessors (e.g. :class:`RunningStandardScaler`) are held fixed
+    while a rollout is collected and optimised, and take in the rollout's statistics at the
+    end of each update: the inputs the update sees are exactly those the stored log-probs and
+    values were computed from, so the first epoch starts at probability ratio 1.
     """
 
     DEFAULT_CONFIG = PPO_DEFAULT_CONFIG
@@ -81,6 +86,7 @@ class MultiAgentPPO(MultiAgent):
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
         self._has_action_mask = False
+        self._rollout_full = False
 
     # ----------------------------------------------------------------------------- construction
     def critic_input_size(self, uid: str) -> int:
@@ -196,7 +202,7 @@ class MultiAgentPPO(MultiAgent):
         actions: Dict[str, torch.Tensor] = {}
         for group in self.groups:
             obs = stack_agents(observations, group.uids)
-            inputs = {"observations": self._policy_inputs(group, obs, train=self.training)}
+            inputs = {"observations": self._policy_inputs(group, obs, train=False)}
             if masks is not None:
                 inputs["action_mask"] = stack_agents(masks, group.uids).flatten(0, 1)
             sampled, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
@@ -237,7 +243,7 @@ class MultiAgentPPO(MultiAgent):
                     "truncated": truncated_group,
                     "active": group.cache["active"],
                     "log_prob": group.cache["log_prob"],
-                    "values": self._values(group, obs, states, train=True),
+                    "values": self._values(group, obs, states),
                     "final_values": final_values,
                 }
                 if self.USES_STATE:
@@ -248,10 +254,14 @@ class MultiAgentPPO(MultiAgent):
                     self._has_action_mask = True
                 group.memory.add_samples(**samples)
         self._next_observations, self._next_states = next_observations, next_states
+        self._rollout_full = self.groups[0].memory.memory_index == 0  # the memory just took its last step
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
-        """Update after every ``rollouts`` steps, then write metrics and checkpoints."""
-        if self.training and (timestep + 1) % self.cfg["rollouts"] == 0:
+        """Update once ``rollouts`` steps are stored (counted by the memory, not by the trainer's
+        ``timestep``, so a rollout may span several ``train()`` calls), then write metrics and checkpoints.
+        """
+        if self.training and self._rollout_full:
+            self._rollout_full = False
             self.update(timestep, timesteps)
         super().post_interaction(timestep, timesteps)
 
@@ -281,6 +291,16 @@ class MultiAgentPPO(MultiAgent):
                 normaliser = self.value_preprocessors[id(group.models["value"])]
                 if normaliser is not None:
                     normaliser.update(returns[active].unsqueeze(-1))
+
+    def update_preprocessors(self) -> None:
+        """Fold the rollout's policy inputs and critic inputs into the preprocessors' running statistics."""
+        with torch.no_grad():
+            for group in self.groups:
+                memory = group.memory
+                observations = memory.get_tensor_by_name("observations").flatten(0, 1)
+                states = memory.get_tensor_by_name("states").flatten(0, 1) if self.USES_STATE else None
+                self._policy_inputs(group, observations, train=True)
+                self.predict_values(group, observations, states, train=True)
 
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""
@@ -340,6 +360,7 @@ class MultiAgentPPO(MultiAgent):
             means = {key: torch.stack([losses[key] for losses in epoch]).mean().item() for key in epoch[0]}
             if self.cfg["kl_threshold"] and means["kl"] > self.cfg["kl_threshold"]:
                 break
+        self.update_preprocessors()
         for scheduler in self.schedulers.values():
             scheduler.step(means["kl"]) if isinstance(scheduler, KLAdaptiveLR) else scheduler.step()
         for key, tag in (("policy", "Loss / policy"), ("value", "Loss / value"), ("entropy_value", "Policy / entropy"),
