@@ -54,7 +54,7 @@ def main() -> None:
     output = pathlib.Path(args.output or ROOT / f"benchmarks/results/learning_{args.algorithm}.json")
     output.parent.mkdir(parents=True, exist_ok=True)
     overrides = json.loads(args.override)
-    args.num_envs = args.num_envs or example.make_env.__defaults__[0]
+    args.num_envs = args.num_envs or example.NUM_ENVS
     record = {"algorithm": args.algorithm, "task": "simple_spread_v3 N=3 max_cycles=25 local_ratio=0.5",
               "timesteps": args.timesteps, "num_envs": args.num_envs, "overrides": overrides, "seeds": {}}
     for seed in args.seeds:

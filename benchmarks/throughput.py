@@ -51,11 +51,6 @@ def load_example(name: str):
     return module
 
 
-def default_num_envs(example) -> int:
-    """The number of copies the example's ``make_env`` makes by default."""
-    return example.make_env.__defaults__[0]
-
-
 def random_actions(env, generator):
     """Uniform random actions for every agent, as tensors."""
     actions = {}
@@ -122,7 +117,7 @@ def interleaved(first: Callable[[int], None], second: Callable[[int], None], chu
 def mpe_figures(args, report) -> None:
     """Env-only and training rates on MPE simple_spread, each pair timed in alternating chunks."""
     mappo = load_example("simple_spread_mappo")
-    num_envs = args.num_envs or default_num_envs(mappo)
+    num_envs = args.num_envs or mappo.NUM_ENVS
     single_env = mappo.make_env(num_envs, 0, 0, device=args.device)
     worker_env = mappo.make_env(num_envs, args.workers, 0, device=args.device)
     single = env_stepper(single_env)
@@ -147,7 +142,7 @@ def mpe_figures(args, report) -> None:
            "  share of training time in update: {:6.1%}")
 
     maddpg = load_example("simple_spread_maddpg")
-    num_envs = args.num_envs or default_num_envs(maddpg)
+    num_envs = args.num_envs or maddpg.NUM_ENVS
     train_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
     single_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
     train, _ = training_stepper(maddpg, train_env, args.directory)
@@ -163,7 +158,7 @@ def mpe_figures(args, report) -> None:
 def scaling_figures(args, report) -> None:
     """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks."""
     mappo = load_example("simple_spread_mappo")
-    num_envs = args.num_envs or default_num_envs(mappo)
+    num_envs = args.num_envs or mappo.NUM_ENVS
     few, few_seconds = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device), args.directory)
     many, many_seconds = training_stepper(mappo, SyntheticEnv(30, num_envs=num_envs, device=args.device),
                                           args.directory)

@@ -6,23 +6,16 @@ Skipped where PyTorch sees no CUDA device.
 import pytest
 import torch
 from helpers import load_example
-from mpe2 import simple_spread_v3
 
-from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-# (example, discrete actions, vectorized steps: enough for several updates)
-CASES = [("simple_spread_mappo", True, 250), ("simple_spread_ippo", True, 250),
-         ("simple_spread_maddpg", False, 120), ("simple_spread_maddpg", True, 120), ("simple_spread_matd3", False, 120)]
-
-
-def make_env(discrete, device):
-    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
-                                                          continuous_actions=not discrete),
-                    num_envs=4, seed=0, device=device, state_source="observations")
+# (example, keyword arguments of its make_env, vectorized steps: enough for several updates)
+CASES = [("simple_spread_mappo", {}, 250), ("simple_spread_ippo", {}, 250),
+         ("simple_spread_maddpg", {"discrete": False}, 120), ("simple_spread_maddpg", {"discrete": True}, 120),
+         ("simple_spread_matd3", {}, 120)]
 
 
 def build(example, env, directory):
@@ -30,11 +23,15 @@ def build(example, env, directory):
                                                           "directory": directory})
 
 
-@pytest.mark.parametrize("name, discrete, steps", CASES)
-def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cpu(name, discrete, steps, tmp_path):
+@pytest.mark.parametrize("name, env_kwargs, steps", CASES)
+def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cpu(name, env_kwargs, steps, tmp_path):
     example = load_example(name)
+
+    def make_env(device):
+        return example.make_env(4, seed=0, device=device, **env_kwargs)
+
     set_seed(0)
-    env = make_env(discrete, "cuda")
+    env = make_env("cuda")
     agent = build(example, env, str(tmp_path))
     observations, infos = env.reset()
     assert all(value.is_cuda for value in observations.values())
@@ -50,7 +47,7 @@ def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cp
             assert tensor.is_cuda, f"memory tensor {tensor_name} is not on the GPU"
 
     # fresh copies with the same seed start from the same observations on either device
-    gpu_env, cpu_env = make_env(discrete, "cuda"), make_env(discrete, "cpu")
+    gpu_env, cpu_env = make_env("cuda"), make_env("cpu")
     observations, infos = gpu_env.reset()
     cpu_observations, cpu_infos = cpu_env.reset()
     agent.set_mode("eval")

@@ -24,8 +24,8 @@ THRESHOLD = -17.5
 def train_and_evaluate(name, tmp_path, seed=0, broken=None):
     example = load_example(f"simple_spread_{name}")
     set_seed(seed)
-    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5), num_envs=64,
-                   seed=seed, state_source="observations")
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5),
+                   num_envs=example.NUM_ENVS, seed=seed, state_source="observations")
     agent = example.make_agent(env, str(tmp_path), **({"discount_factor": 0.0} if broken == "myopic" else {}))
     if broken == "flipped_advantages":
         original = agent.compute_advantages

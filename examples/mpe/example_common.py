@@ -7,7 +7,7 @@ from marlparts.envs import MultiAgentEnv
 from marlparts.trainers import SequentialTrainer
 
 
-def parse_arguments(description: str, *, timesteps: int, directory: str, num_envs: int = 16,
+def parse_arguments(description: str, *, timesteps: int, directory: str, num_envs: int,
                     discrete_flag: bool = False) -> argparse.Namespace:
     """``--timesteps`` (env steps, all copies counted), ``--seed``, ``--num-envs``, ``--workers``, ``--directory``
     ``--device`` (and ``--discrete`` when asked).

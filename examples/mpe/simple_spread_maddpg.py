@@ -17,6 +17,8 @@ from marlparts.models import DeterministicMixin, Model, mlp
 from marlparts.utils import set_seed
 from marlparts.utils.spaces import is_discrete, joint_space
 
+NUM_ENVS = 16  # env copies stepped together
+
 
 class Policy(DeterministicMixin, Model):
     """An MLP that outputs logits (discrete actions) or actions squashed into the Box (continuous)."""
@@ -50,7 +52,8 @@ class Critic(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(num_envs: int = 16, workers: int = 0, seed: int = 0, discrete: bool = False, device: str = "cpu") -> MultiAgentEnv:
+def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0, discrete: bool = False,
+             device: str = "cpu") -> MultiAgentEnv:
     """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``."""
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
                                                           continuous_actions=not discrete),
@@ -88,7 +91,8 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_maddpg",
 
 def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
-    args = parse_arguments(__doc__, timesteps=2_000_000, directory="runs/simple_spread_maddpg", discrete_flag=True)
+    args = parse_arguments(__doc__, timesteps=2_000_000, directory="runs/simple_spread_maddpg", num_envs=NUM_ENVS,
+                           discrete_flag=True)
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed, device=args.device, discrete=args.discrete)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)

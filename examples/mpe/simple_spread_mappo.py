@@ -15,6 +15,8 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.utils import set_seed
 
+NUM_ENVS = 64  # env copies stepped together
+
 
 class Policy(CategoricalMixin, Model):
     """An MLP that outputs the logits of a categorical policy."""
@@ -40,7 +42,8 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(num_envs: int = 64, workers: int = 0, seed: int = 0, continuous: bool = False, device: str = "cpu") -> MultiAgentEnv:
+def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0, continuous: bool = False,
+             device: str = "cpu") -> MultiAgentEnv:
     """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``."""
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
                                                           continuous_actions=continuous),
@@ -72,7 +75,7 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_mappo", 
 
 def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
-    args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_mappo", num_envs=64)
+    args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_mappo", num_envs=NUM_ENVS)
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)

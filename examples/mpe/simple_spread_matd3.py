@@ -7,8 +7,8 @@ Run ``python examples/mpe/simple_spread_matd3.py --help`` for the options.
 
 import torch
 from example_common import parse_arguments, train_save_evaluate
+from simple_spread_maddpg import NUM_ENVS, make_env
 from simple_spread_maddpg import make_agent as make_maddpg_agent
-from simple_spread_maddpg import make_env
 
 from marlparts.agents import MATD3, MATD3_DEFAULT_CONFIG
 from marlparts.envs import MultiAgentEnv
@@ -23,7 +23,7 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_matd3", 
 
 def main() -> None:
     """Train, save the agent, and print the greedy evaluation over 100 episodes."""
-    args = parse_arguments(__doc__, timesteps=2_000_000, directory="runs/simple_spread_matd3")
+    args = parse_arguments(__doc__, timesteps=2_000_000, directory="runs/simple_spread_matd3", num_envs=NUM_ENVS)
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
     train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)
