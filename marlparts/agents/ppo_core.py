@@ -86,7 +86,6 @@ class MultiAgentPPO(MultiAgent):
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
         self._has_action_mask = False
-        self._rollout_full = False
 
     # ----------------------------------------------------------------------------- construction
     def critic_input_size(self, uid: str) -> int:
@@ -254,14 +253,13 @@ class MultiAgentPPO(MultiAgent):
                     self._has_action_mask = True
                 group.memory.add_samples(**samples)
         self._next_observations, self._next_states = next_observations, next_states
-        self._rollout_full = self.groups[0].memory.memory_index == 0  # the memory just took its last step
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update once ``rollouts`` steps are stored (counted by the memory, not by the trainer's
         ``timestep``, so a rollout may span several ``train()`` calls), then write metrics and checkpoints.
         """
-        if self.training and self._rollout_full:
-            self._rollout_full = False
+        memory = self.groups[0].memory  # every group's memory takes its steps together
+        if self.training and memory.filled and memory.memory_index == 0:  # the last step just went in
             self.update(timestep, timesteps)
         super().post_interaction(timestep, timesteps)
 
