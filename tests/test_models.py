@@ -99,3 +99,25 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient():
     y.sum().backward()
     torch.tanh(reference).sum().backward()
     assert torch.allclose(x.grad, reference.grad, atol=1e-6)
+
+
+def test_categorical_log_prob_and_entropy_match_torch_distribution_in_value_and_gradient():
+    policy = Policy(observation_space=OBS, action_space=gymnasium.spaces.Discrete(5))
+    torch.manual_seed(0)
+    observations = torch.randn(300, 4)
+    taken = torch.randint(0, 5, (300, 1))
+    mask = torch.rand(300, 5) > 0.3
+    mask[torch.arange(300), taken[:, 0]] = True  # the taken action is always allowed
+    _, log_prob, outputs = policy.act({"observations": observations, "taken_actions": taken, "action_mask": mask})
+    (log_prob.sum() + outputs["entropy"].sum()).backward()
+    ours = [p.grad.clone() for p in policy.parameters()]
+    policy.zero_grad()
+
+    logits = policy.net(observations).masked_fill(~mask, torch.finfo(torch.float32).min)
+    reference = torch.distributions.Categorical(logits=logits)
+    expected_log_prob, expected_entropy = reference.log_prob(taken[:, 0]), reference.entropy()
+    assert torch.allclose(log_prob[:, 0], expected_log_prob, atol=1e-6)
+    assert torch.allclose(outputs["entropy"][:, 0], expected_entropy, atol=1e-6)
+    (expected_log_prob.sum() + expected_entropy.sum()).backward()
+    for mine, theirs in zip(ours, (p.grad for p in policy.parameters())):
+        assert torch.allclose(mine, theirs, atol=1e-5)
