@@ -3,11 +3,12 @@
 The task has two agents and two landmarks (the three-agent task needs far more steps before
 returns separate from trivial policies). Over 100 fresh episodes, standing still scores about
 -19.8 (mean over agents of the episode return) and random actions about -21.2. After the
-test's budget, with the examples' config on 64 copies, MAPPO reached -7.2 / -14.6 / -7.1 and
-IPPO -14.9 / -15.0 / -14.8 on seeds 0 / 1 / 2; the threshold sits between. The tests
+test's budget, with the examples' config on 64 copies, MAPPO reached -6.6 / -11.3 / -6.2 and
+IPPO -8.3 / -14.3 / -7.0 on seeds 0 / 1 / 2; the threshold sits below them and above standing
+still. (At 300k env steps IPPO ended anywhere from -9.9 to -17.8 across seeds: too close to call.) The tests
 marked ``long`` train broken variants on the same budget (advantage sign flipped; discount 0,
 so no value flows from the future) and assert that they stay below the same threshold: they
-reached MAPPO -39.9 / -36.0 and IPPO -48.1 / -31.7.
+reached MAPPO -51.9 / -21.8 and IPPO -48.7 / -28.9.
 """
 
 import pytest
@@ -17,7 +18,7 @@ from mpe2 import simple_spread_v3
 from marlparts.envs import wrap_env
 from marlparts.utils import set_seed
 
-BUDGET = 300_000  # env steps
+BUDGET = 500_000  # env steps
 THRESHOLD = -17.5
 
 
