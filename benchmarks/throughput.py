@@ -12,7 +12,10 @@ Figures (env steps per second; one env step = one joint step of one env copy):
    and its ratio to env-only stepping of the same copies; the same for MADDPG (its example's
    config and copies, continuous actions, against env-only stepping of the continuous task);
 4. per-step cost of MAPPO training with shared parameters on a batched synthetic env whose
-   step costs nearly nothing, for 3 and 30 agents, and their ratio.
+   step costs nearly nothing, for 3 and 30 agents, and their ratio; with the matrix-product
+   work per step (PyTorch's flop counter) and the rate a hidden layer's product alone reaches,
+   to tell arithmetic from overhead. ``--scaling-copies`` and ``--scaling-threads`` repeat it
+   for several numbers of copies and PyTorch threads.
 
 This machine's speed drifts by tens of percent from minute to minute, so two rates are never
 timed far apart: each comparison alternates short chunks of the two workloads (A B B A ...)
@@ -31,6 +34,7 @@ import time
 from typing import Callable, Dict, Tuple
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -84,7 +88,8 @@ def training_stepper(example, env, directory: str) -> Tuple[Callable[[int], None
                                                            "directory": directory})
     warmup_steps = agent.cfg.get("rollouts", agent.cfg.get("learning_starts", 100))
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True}).train()
-    seconds = {"update": 0.0}
+    seconds = {"update": 0.0, "flop_per_step": count_flop(lambda: SequentialTrainer(
+        env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True}).train()) / warmup_steps}
     update = agent.update
 
     def timed_update(*args):
@@ -97,6 +102,26 @@ def training_stepper(example, env, directory: str) -> Tuple[Callable[[int], None
     def step(n: int) -> None:
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": n, "disable_progressbar": True}).train()
     return step, seconds
+
+
+def count_flop(function: Callable[[], None]) -> float:
+    """Floating-point operations (matrix products and convolutions, as PyTorch's flop counter
+    counts them) that ``function`` performs."""
+    with FlopCounterMode(display=False) as counter:
+        function()
+    return float(counter.get_total_flops())
+
+
+def matmul_rate(rows: int, threads: int, repeats: int = 50) -> float:
+    """FLOP/s of a ``(rows, 64) @ (64, 64)`` product, the shape of a hidden layer of the examples."""
+    torch.set_num_threads(threads)
+    inputs, weight, output = torch.randn(rows, 64), torch.randn(64, 64), torch.empty(rows, 64)
+    for _ in range(5):
+        torch.mm(inputs, weight, out=output)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        torch.mm(inputs, weight, out=output)
+    return 2 * rows * 64 * 64 * repeats / (time.perf_counter() - start)
 
 
 def interleaved(first: Callable[[int], None], second: Callable[[int], None], chunk: int, rounds: int) -> Tuple[float, float]:
@@ -156,24 +181,40 @@ def mpe_figures(args, report) -> None:
 
 
 def scaling_figures(args, report) -> None:
-    """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks."""
+    """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks,
+    for each number of copies in ``--scaling-copies`` and each thread count in ``--scaling-threads``."""
     mappo = load_example("simple_spread_mappo")
-    num_envs = args.num_envs or mappo.NUM_ENVS
-    few, few_seconds = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device), args.directory)
-    many, many_seconds = training_stepper(mappo, SyntheticEnv(30, num_envs=num_envs, device=args.device),
-                                          args.directory)
-    few_step, many_step = interleaved(few, many, args.chunk, args.rounds)
-    timed_steps = args.chunk * (args.rounds + 1)
-    report("synthetic_num_envs", num_envs, "synthetic env, {} copies")
-    for agents, step, seconds in ((3, few_step, few_seconds), (30, many_step, many_seconds)):
-        update = seconds["update"] / timed_steps
-        report(f"mappo_ms_per_step_{agents}_agents", 1e3 * step,
-               f"MAPPO per vectorized step, {agents:2d} agents (synthetic env): {{:6.2f}} ms")
-        report(f"mappo_collect_ms_per_step_{agents}_agents", 1e3 * (step - update),
-               "  of which act + env + record + trainer:             {:6.2f} ms")
-        report(f"mappo_update_ms_per_step_{agents}_agents", 1e3 * update,
-               "  of which the update, amortised:                    {:6.2f} ms")
-    report("scaling_30_over_3_agents", many_step / few_step, "  growth from 3 to 30 agents:     {:8.2f}x (bar <= 2)")
+    copies_list = args.scaling_copies or [args.num_envs or mappo.NUM_ENVS]
+    for threads in args.scaling_threads or [args.threads]:
+        torch.set_num_threads(threads)
+        for num_envs in copies_list:
+            few, few_seconds = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device),
+                                                args.directory)
+            many, many_seconds = training_stepper(mappo, SyntheticEnv(30, num_envs=num_envs, device=args.device),
+                                                  args.directory)
+            few_step, many_step = interleaved(few, many, args.chunk, args.rounds)
+            timed_steps = args.chunk * (args.rounds + 1)
+            suffix = f"_{num_envs}_copies_{threads}_threads"
+            print(f"synthetic env, {num_envs} copies, {threads} PyTorch thread(s):")
+            for agents, step, seconds in ((3, few_step, few_seconds), (30, many_step, many_seconds)):
+                update = seconds["update"] / timed_steps
+                report(f"mappo_ms_per_step_{agents}_agents{suffix}", 1e3 * step,
+                       f"  MAPPO per vectorized step, {agents:2d} agents:       {{:6.2f}} ms")
+                report(f"mappo_collect_ms_per_step_{agents}_agents{suffix}", 1e3 * (step - update),
+                       "    of which act + env + record + trainer:  {:6.2f} ms")
+                report(f"mappo_update_ms_per_step_{agents}_agents{suffix}", 1e3 * update,
+                       "    of which the update, amortised:         {:6.2f} ms")
+                report(f"mappo_gflop_per_step_{agents}_agents{suffix}", seconds["flop_per_step"] / 1e9,
+                       "    matrix-product work per step:           {:6.3f} GFLOP")
+                report(f"mappo_gflop_per_s_{agents}_agents{suffix}", seconds["flop_per_step"] / 1e9 / step,
+                       "    achieved over the whole step:           {:6.1f} GFLOP/s")
+            report(f"scaling_30_over_3_agents{suffix}", many_step / few_step,
+                   "  growth from 3 to 30 agents:           {:6.2f}x (bar <= 2)")
+            rows = 30 * num_envs * mappo.make_agent(SyntheticEnv(3, num_envs=1), args.directory).cfg["rollouts"] // 2
+            report(f"matmul_gflop_per_s{suffix}", matmul_rate(rows, threads) / 1e9,
+                   f"  ({rows}, 64) @ (64, 64) product alone:  {{:6.1f}} GFLOP/s (a 30-agent minibatch's hidden layer)")
+            torch.set_num_threads(threads)
+    torch.set_num_threads(args.threads)
 
 
 def main() -> None:
@@ -185,6 +226,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12, help="alternating chunks per comparison")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
     parser.add_argument("--device", default="cpu", help="where the agents' tensors live (cpu, cuda)")
+    parser.add_argument("--scaling-copies", type=int, nargs="*", default=None,
+                        help="env copies of the synthetic scaling runs (default: the MAPPO example's, or --num-envs)")
+    parser.add_argument("--scaling-threads", type=int, nargs="*", default=None,
+                        help="PyTorch thread counts of the synthetic scaling runs (default: --threads)")
     parser.add_argument("--skip-mpe", action="store_true", help="only the synthetic scaling figures")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
     parser.add_argument("--directory", default="/tmp/marlparts_throughput", help="experiment folder of the agents")
