@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT / "examples" / "mpe"))  # the examples import their 
 
 from synthetic import SyntheticEnv  # noqa: E402
 
+from marlparts.agents import MultiAgent  # noqa: E402
 from marlparts.trainers import SequentialTrainer  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
 
@@ -80,28 +81,33 @@ def env_stepper(env) -> Callable[[int], None]:
     return step
 
 
-def training_stepper(example, env, directory: str) -> Tuple[Callable[[int], None], Dict[str, float]]:
-    """A function that trains the example's agent on ``env`` for ``n`` vectorized steps, and a
-    dict that sums the seconds spent inside ``agent.update``. One warm-up update runs first."""
+def training_stepper(example, env, directory: str, *, count_work: bool = False
+                     ) -> Tuple[Callable[[int], None], Dict[str, float], MultiAgent]:
+    """A function that trains the example's agent on ``env`` for ``n`` vectorized steps, a dict
+    whose ``"update"`` sums the seconds spent inside ``agent.update``, and the agent. One warm-up
+    update runs first; with ``count_work`` a second one is run under PyTorch's flop counter and
+    the dict's ``"flop_per_step"`` holds its matrix-product work per vectorized step."""
     set_seed(0)
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
                                                            "directory": directory})
+
+    def train(n: int) -> None:
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": n, "disable_progressbar": True}).train()
+
     warmup_steps = agent.cfg.get("rollouts", agent.cfg.get("learning_starts", 100))
-    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True}).train()
-    seconds = {"update": 0.0, "flop_per_step": count_flop(lambda: SequentialTrainer(
-        env=env, agents=agent, cfg={"timesteps": warmup_steps, "disable_progressbar": True}).train()) / warmup_steps}
+    train(warmup_steps)
+    stats = {"update": 0.0}
+    if count_work:
+        stats["flop_per_step"] = count_flop(lambda: train(warmup_steps)) / warmup_steps
     update = agent.update
 
     def timed_update(*args):
         start = time.perf_counter()
         update(*args)
-        seconds["update"] += time.perf_counter() - start
+        stats["update"] += time.perf_counter() - start
 
     agent.update = timed_update
-
-    def step(n: int) -> None:
-        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": n, "disable_progressbar": True}).train()
-    return step, seconds
+    return train, stats, agent
 
 
 def count_flop(function: Callable[[], None]) -> float:
@@ -112,9 +118,8 @@ def count_flop(function: Callable[[], None]) -> float:
     return float(counter.get_total_flops())
 
 
-def matmul_rate(rows: int, threads: int, repeats: int = 50) -> float:
+def matmul_rate(rows: int, repeats: int = 50) -> float:
     """FLOP/s of a ``(rows, 64) @ (64, 64)`` product, the shape of a hidden layer of the examples."""
-    torch.set_num_threads(threads)
     inputs, weight, output = torch.randn(rows, 64), torch.randn(64, 64), torch.empty(rows, 64)
     for _ in range(5):
         torch.mm(inputs, weight, out=output)
@@ -156,7 +161,7 @@ def mpe_figures(args, report) -> None:
            "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
 
     train_env = mappo.make_env(num_envs, 0, 0, device=args.device)
-    train, seconds = training_stepper(mappo, train_env, args.directory)
+    train, seconds, _ = training_stepper(mappo, train_env, args.directory)
     train_seconds, env_seconds = interleaved(train, single, args.chunk, args.rounds)
     train_env.close()
     single_env.close()
@@ -170,7 +175,7 @@ def mpe_figures(args, report) -> None:
     num_envs = args.num_envs or maddpg.NUM_ENVS
     train_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
     single_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
-    train, _ = training_stepper(maddpg, train_env, args.directory)
+    train, _, _ = training_stepper(maddpg, train_env, args.directory)
     train_seconds, env_seconds = interleaved(train, env_stepper(single_env), args.chunk, args.rounds)
     train_env.close()
     single_env.close()
@@ -188,10 +193,10 @@ def scaling_figures(args, report) -> None:
     for threads in args.scaling_threads or [args.threads]:
         torch.set_num_threads(threads)
         for num_envs in copies_list:
-            few, few_seconds = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device),
-                                                args.directory)
-            many, many_seconds = training_stepper(mappo, SyntheticEnv(30, num_envs=num_envs, device=args.device),
-                                                  args.directory)
+            many_env = SyntheticEnv(30, num_envs=num_envs, device=args.device)
+            few, few_seconds, _ = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device),
+                                                   args.directory, count_work=True)
+            many, many_seconds, many_agent = training_stepper(mappo, many_env, args.directory, count_work=True)
             few_step, many_step = interleaved(few, many, args.chunk, args.rounds)
             timed_steps = args.chunk * (args.rounds + 1)
             suffix = f"_{num_envs}_copies_{threads}_threads"
@@ -210,10 +215,9 @@ def scaling_figures(args, report) -> None:
                        "    achieved over the whole step:           {:6.1f} GFLOP/s")
             report(f"scaling_30_over_3_agents{suffix}", many_step / few_step,
                    "  growth from 3 to 30 agents:           {:6.2f}x (bar <= 2)")
-            rows = 30 * num_envs * mappo.make_agent(SyntheticEnv(3, num_envs=1), args.directory).cfg["rollouts"] // 2
-            report(f"matmul_gflop_per_s{suffix}", matmul_rate(rows, threads) / 1e9,
+            rows = many_env.num_agents * num_envs * many_agent.cfg["rollouts"] // many_agent.cfg["mini_batches"]
+            report(f"matmul_gflop_per_s{suffix}", matmul_rate(rows) / 1e9,
                    f"  ({rows}, 64) @ (64, 64) product alone:  {{:6.1f}} GFLOP/s (a 30-agent minibatch's hidden layer)")
-            torch.set_num_threads(threads)
     torch.set_num_threads(args.threads)
 
 
