@@ -37,7 +37,8 @@ def build_mappo(env, *, share=True, rollouts=4, directory="runs/test", cfg=None,
     uids = list(uids or env.possible_agents)
     obs_space, act_space = env.observation_space(uids[0]), env.action_space(uids[0])
     value_space = env.state_space if algorithm == "mappo" else obs_space
-    outputs = len(uids) if algorithm == "mappo" else 1
+    one_value_per_agent = algorithm == "mappo" and (cfg or {}).get("agent_specific_values", "outputs") == "outputs"
+    outputs = len(uids) if one_value_per_agent else 1
     if share:
         policy = Policy(observation_space=obs_space, action_space=act_space)
         value = Value(observation_space=value_space, output_size=outputs)

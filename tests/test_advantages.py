@@ -37,7 +37,7 @@ def test_gae_matches_hand_computation_with_termination_and_truncation():
     last_values = torch.tensor([0.25, 0.75])
     advantages, returns = compute_gae(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
                                       final_values=final_values, last_values=last_values,
-                                      discount_factor=gamma, lambda_coefficient=lam)
+                                      discount_factor=gamma, gae_lambda=lam)
     for e in range(2):
         expected = hand_gae(rewards[:, e].tolist(), values[:, e].tolist(), terminated[:, e].tolist(),
                             truncated[:, e].tolist(), final_values[:, e].tolist(), last_values[e].item(), gamma, lam)
@@ -54,7 +54,7 @@ def test_gae_matches_hand_computation_with_termination_and_truncation():
 
 def test_truncation_bootstraps_and_termination_does_not():
     kwargs = dict(rewards=torch.zeros(1, 1), values=torch.zeros(1, 1), final_values=torch.ones(1, 1),
-                  last_values=torch.full((1,), 7.0), discount_factor=1.0, lambda_coefficient=1.0)
+                  last_values=torch.full((1,), 7.0), discount_factor=1.0, gae_lambda=1.0)
     truncated_adv, _ = compute_gae(terminated=torch.zeros(1, 1, dtype=torch.bool),
                                    truncated=torch.ones(1, 1, dtype=torch.bool), **kwargs)
     terminated_adv, _ = compute_gae(terminated=torch.ones(1, 1, dtype=torch.bool),
@@ -68,7 +68,7 @@ def test_gae_works_on_an_agent_axis():
     shape = (5, 3, 2, 1)
     kwargs = dict(rewards=torch.randn(shape), values=torch.randn(shape), terminated=torch.rand(shape) < 0.2,
                   truncated=torch.zeros(shape, dtype=torch.bool), final_values=torch.zeros(shape),
-                  last_values=torch.randn(shape[1:]), discount_factor=0.99, lambda_coefficient=0.95)
+                  last_values=torch.randn(shape[1:]), discount_factor=0.99, gae_lambda=0.95)
     advantages, _ = compute_gae(**kwargs)
     single, _ = compute_gae(**{k: (v[:, :, 1] if torch.is_tensor(v) and v.dim() == 4 else v[:, 1] if torch.is_tensor(v)
                                    else v) for k, v in kwargs.items()})

@@ -61,10 +61,10 @@ def test_groups_follow_model_identity():
     env = spread()
     shared = build_mappo(env, share=True)
     assert [g.uids for g in shared.groups] == [["agent_0", "agent_1", "agent_2"]]
-    assert len(shared.optimizers) == 2
+    assert len(shared.trained) == 2
     separate = build_mappo(env, share=False)
     assert [g.uids for g in separate.groups] == [["agent_0"], ["agent_1"], ["agent_2"]]
-    assert len(separate.optimizers) == 6
+    assert len(separate.trained) == 6
 
 
 def _collect_rollout(agent, env, steps):
@@ -102,7 +102,7 @@ def test_shared_policy_gradient_equals_mean_of_per_agent_losses(tmp_path):
     policy.zero_grad()
     per_agent = []
     for i in range(group.size):
-        inputs = {"observations": agent._policy_inputs(group, obs[:, i:i + 1], train=False),
+        inputs = {"observations": agent._policy_inputs(group, obs[:, i:i + 1]),
                   "taken_actions": actions[:, i]}
         _, log_prob, _ = policy.act(inputs, "policy")
         ratio = (log_prob - old_log_prob[:, i]).exp()
@@ -119,7 +119,7 @@ def test_one_optimizer_step_per_model_per_minibatch(tmp_path):
                         cfg={"learning_epochs": 3, "mini_batches": 2, "experiment": {"tensorboard": False}})
     _collect_rollout(agent, env, 4)
     counts = {}
-    for key, optimizer in agent.optimizers.items():
+    for key, optimizer in enumerate(record.optimizer for record in agent.trained):
         original = optimizer.step
 
         def counted(*args, _key=key, _original=original, **kwargs):
@@ -144,7 +144,7 @@ def test_eval_is_greedy_and_save_load_restores_greedy_actions(tmp_path):
     for uid in env.possible_agents:
         assert torch.equal(first[uid], second[uid])
         logits = agent.models[uid]["policy"].compute(
-            {"observations": agent._policy_inputs(agent.groups[0], obs[uid].unsqueeze(1), train=False)})[0]
+            {"observations": agent._policy_inputs(agent.groups[0], obs[uid].unsqueeze(1))})[0]
         assert torch.equal(first[uid], logits.argmax(-1, keepdim=True))
     path = str(tmp_path / "agent.pt")
     agent.save(path)
@@ -212,14 +212,13 @@ def test_inactive_steps_are_left_out_of_the_losses(tmp_path):
     assert torch.allclose(agent.group_losses(group, indexes)["policy"], baseline)
 
 
-def test_per_agent_config_must_agree_within_a_group(tmp_path):
+def test_per_agent_config_is_resolved_per_group(tmp_path):
     env = spread()
     per_agent = {"agent_0": 0.01, "agent_1": 0.02, "agent_2": 0.01}
     separate = build_mappo(env, share=False, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
-    assert [separate.group_value("entropy_loss_scale", g) for g in separate.groups] == [0.01, 0.02, 0.01]
-    shared = build_mappo(env, share=True, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
+    assert [g.cfg["entropy_loss_scale"] for g in separate.groups] == [0.01, 0.02, 0.01]
     with pytest.raises(ValueError, match="differs within the group"):
-        shared.group_value("entropy_loss_scale", shared.groups[0])
+        build_mappo(env, share=True, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
 
 
 def test_memory_for_the_wrong_number_of_envs_is_named(tmp_path):
@@ -263,22 +262,23 @@ def test_unknown_critic_mode_is_an_error(tmp_path):
         build_mappo(spread(), directory=str(tmp_path), cfg={"agent_specific_values": "per_agent"})
 
 
-def test_best_checkpoint_follows_the_recent_mean_return(tmp_path):
-    agent = build_mappo(spread(), directory=str(tmp_path), cfg={"experiment": {"experiment_name": "best",
-                                                                               "best_window": 2}})
+def test_best_checkpoint_follows_the_evaluation_return(tmp_path):
+    agent = build_mappo(spread(), directory=str(tmp_path), cfg={"experiment": {"experiment_name": "best"}})
     agent.init({"timesteps": 100})
     best = tmp_path / "best" / "checkpoints" / "best_agent.pt"
-    agent.track_episode_returns(torch.tensor([[-10.0, -10.0, -10.0]]))
-    agent.write_checkpoint(10)
-    assert best.exists() and torch.load(best, weights_only=True)["best_return"] == -10.0
-    agent.track_episode_returns(torch.tensor([[-30.0, -30.0, -30.0]]))
-    agent.write_checkpoint(20)  # recent mean -20: worse, best stays
-    assert torch.load(best, weights_only=True)["timestep"] == 0 and torch.load(best, weights_only=True)["best_return"] == -10.0
-    agent.track_episode_returns(torch.tensor([[-5.0, -5.0, -5.0], [-5.0, -5.0, -5.0]]))
+
+    def evaluated(mean_return):
+        return {"mean_return": mean_return, "returns": {u: mean_return for u in agent.possible_agents}, "mean_length": 25}
+
+    agent.timestep = 10
+    agent.record_evaluation(evaluated(-10.0))
+    assert best.exists() and torch.load(best, weights_only=True)["counters"]["best_return"] == -10.0
+    agent.timestep = 20
+    agent.record_evaluation(evaluated(-20.0))  # worse: the best stays
+    assert torch.load(best, weights_only=True)["counters"]["timestep"] == 10
     agent.timestep = 30
-    agent.write_checkpoint(30)
-    assert torch.load(best, weights_only=True)["best_return"] == -5.0
-    assert (tmp_path / "best" / "checkpoints" / "agent_20.pt").exists()
+    agent.record_evaluation(evaluated(-5.0))
+    assert torch.load(best, weights_only=True)["counters"] == {"timestep": 30, "best_return": -5.0}
 
 
 def test_preprocessor_statistics_are_fixed_during_a_rollout_and_updated_after_it(tmp_path):
@@ -289,9 +289,8 @@ def test_preprocessor_statistics_are_fixed_during_a_rollout_and_updated_after_it
     agent = build_mappo(env, rollouts=4, directory=str(tmp_path),
                         cfg={"observation_preprocessor": RunningStandardScaler,
                              "state_preprocessor": RunningStandardScaler, "learning_epochs": 1, "mini_batches": 1})
-    policy, value = agent.groups[0].models["policy"], agent.groups[0].models["value"]
-    observation_scaler = agent.observation_preprocessors[id(policy)]
-    state_scaler = agent.state_preprocessors[id(value)]
+    observation_scaler = agent.observation_preprocessor(agent.groups[0])
+    state_scaler = agent.state_preprocessor(agent.groups[0])
     kls = []
     original = agent.group_losses
 

@@ -163,3 +163,61 @@ def test_render_returns_the_first_copy_frame():
     frame = env.render()
     assert isinstance(frame, np.ndarray) and frame.shape == (4, 4, 3) and frame[0, 0, 0] == 1
     env.close()
+
+
+def test_copy_seeds_of_different_run_seeds_share_no_stream():
+    seeds = {}
+    for run_seed in range(5):
+        env = wrap_env(lambda: CountingEnv(), num_envs=64, seed=run_seed)
+        env.reset()
+        seeds[run_seed] = [copy.seed_used for copy in env.copies.block.envs]
+        assert env.copy_seeds == seeds[run_seed]
+    every = [seed for values in seeds.values() for seed in values]
+    assert len(set(every)) == len(every), "two copies (of the same or of different run seeds) share a seed"
+
+
+def test_copy_seeds_are_the_same_with_worker_processes():
+    in_process = wrap_env(lambda: simple_spread_v3.parallel_env(N=3), num_envs=4, seed=5)
+    workers = wrap_env(lambda: simple_spread_v3.parallel_env(N=3), num_envs=4, workers=2, seed=5)
+    assert torch.equal(in_process.reset()[0].data, workers.reset()[0].data)
+    workers.close()
+
+
+@pytest.mark.parametrize("state_source", ["env", "observations"])
+def test_final_state_of_an_agent_truncated_mid_episode_is_the_current_one(state_source):
+    # agent_1 is truncated at step 2 while the copy goes on; episodes last 4 steps
+    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=2, leave_by="truncated"), num_envs=1, seed=0,
+                   state_source=state_source)
+    env.reset()
+    for step in range(1, 7):  # the whole first episode, then step 2 of the second
+        obs, _, _, truncated, infos = env.step(actions_for(env, 1))
+        if step == 6:
+            assert truncated["agent_1"].item() and not infos["episode_end"].item()
+            if state_source == "env":
+                assert torch.equal(infos["final_state"][0], torch.tensor([2.0, 2.0]))  # [step, agents left]
+            else:  # all observations concatenated, agent_1's being its final one
+                expected = torch.cat([obs["agent_0"][0], infos["final_observation"]["agent_1"][0], obs["agent_2"][0]])
+                assert torch.equal(infos["final_state"][0], expected)
+        elif not truncated.data.any():
+            assert not infos["final_state"].any(), f"stale final state at step {step}"
+
+
+def test_actions_of_the_wrong_type_are_named():
+    env = wrap_env(lambda: CountingEnv(), num_envs=2)
+    env.reset()
+    actions = actions_for(env)
+    actions["agent_0"] = 1
+    with pytest.raises(TypeError, match=r"agent_0.*int"):
+        env.step(actions)
+    actions = actions_for(env)
+    actions["agent_1"] = torch.ones(2, 1)
+    with pytest.raises(TypeError, match=r"agent_1.*float32.*Discrete"):
+        env.step(actions)
+    actions = actions_for(env)
+    actions["agent_2"] = torch.full((2, 1), 7)
+    with pytest.raises(ValueError, match=r"agent_2.*7.*Discrete\(4\)"):
+        env.step(actions)
+    # NumPy arrays of the right shape are taken as they are
+    actions = {uid: np.ones((2, 1), dtype=np.int64) for uid in env.possible_agents}
+    _, rewards, _, _, _ = env.step(actions)
+    assert torch.all(rewards["agent_0"] == 1.0)

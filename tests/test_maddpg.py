@@ -115,10 +115,10 @@ def test_polyak_update_of_all_targets():
     for model in agent.distinct_models():
         for p in model.parameters():
             p.data.add_(1.0)
-    before = {id(m): [p.clone() for p in agent.targets[id(m)].parameters()] for m in agent.distinct_models()}
+    before = {record.name: [p.clone() for p in record.target.parameters()] for record in agent.trained}
     agent.update_targets()
-    for model in agent.distinct_models():
-        for target, old, source in zip(agent.targets[id(model)].parameters(), before[id(model)], model.parameters()):
+    for record in agent.trained:
+        for target, old, source in zip(record.target.parameters(), before[record.name], record.model.parameters()):
             assert torch.allclose(target, 0.75 * old + 0.25 * source)
 
 
@@ -184,9 +184,8 @@ def test_matd3_uses_the_smaller_twin_and_delays_the_actor():
     group = agent.groups[0]
     x, actions = torch.randn(5, 9), torch.rand(5, 6)
     with torch.no_grad():
-        q1 = agent.q_values(agent.targets[id(group.models["critic"])], x, actions, group.cache["critic_columns"]["critic"])
-        q2 = agent.q_values(agent.targets[id(group.models["critic_2"])], x, actions,
-                            group.cache["critic_columns"]["critic_2"])
+        q1 = agent.q_values(group.trained["critic"].target, x, actions, agent.critic_columns[(0, "critic")])
+        q2 = agent.q_values(group.trained["critic_2"].target, x, actions, agent.critic_columns[(0, "critic_2")])
         assert torch.equal(agent.next_q_values(group, x, actions), torch.min(q1, q2))
     run(agent, env, 4)  # fills the memory up to learning_starts, with one update at step 4
     policy = group.models["policy"]
@@ -210,10 +209,9 @@ def test_save_and_load_restore_models_targets_and_greedy_actions(tmp_path):
     fresh.set_mode("eval")
     a, b = agent.act(obs, env.state(), infos, 0, 1), fresh.act(obs, env.state(), infos, 0, 1)
     assert all(torch.equal(a[u], b[u]) for u in env.possible_agents)
-    for model in agent.distinct_models():
-        name = agent.model_name(model)
-        assert torch.equal(torch.cat([p.flatten() for p in agent.targets[id(model)].parameters()]),
-                           torch.cat([p.flatten() for p in fresh.checkpoint_modules[f"target:{name}"].parameters()]))
+    for record, fresh_record in zip(agent.trained, fresh.trained):
+        assert torch.equal(torch.cat([p.flatten() for p in record.target.parameters()]),
+                           torch.cat([p.flatten() for p in fresh_record.target.parameters()]))
 
 
 def test_example_builds_matd3_by_subclass_and_runs():
@@ -233,7 +231,7 @@ def test_actor_step_leaves_the_critics_trainable_and_unchanged():
     run(agent, env, 4)
     critic = agent.groups[0].models["critic"]
     before = [p.clone() for p in critic.parameters()]
-    agent.optimize(agent.distinct_models("policy"), agent.actor_loss(agent.sample_batch()))
+    agent.optimize([record for record in agent.trained if record.role == "policy"], agent.actor_loss(agent.sample_batch()))
     assert all(torch.equal(b, p) for b, p in zip(before, critic.parameters()))
     agent.update(0, 1)
     assert all(p.requires_grad for p in critic.parameters())
@@ -248,3 +246,57 @@ def test_learning_starts_and_update_interval_count_stored_steps_across_train_cal
     assert agent.gradient_step == 0
     run(agent, env, 5)  # steps 6..10: updates after steps 6, 8 and 10
     assert agent.recorded_steps == 10 and agent.gradient_step == 3
+
+
+@pytest.mark.parametrize("noise_kwargs", [{}, {"theta": 0.3, "sigma": 0.1}])
+def test_ornstein_uhlenbeck_noise_through_the_config_with_shared_models(noise_kwargs):
+    env = wrap_env(lambda: ContinuousEnv(max_steps=3, leave_at=99), num_envs=2, seed=0)
+    cfg = MADDPG_DEFAULT_CONFIG.copy()["exploration"]
+    cfg.update(noise=OrnsteinUhlenbeckNoise, noise_kwargs=noise_kwargs)
+    agent = build(env, share=True, cfg={"exploration": cfg})
+    noise = agent.groups[0].noise
+    assert isinstance(noise, OrnsteinUhlenbeckNoise)
+    if noise_kwargs:
+        assert (noise.theta, noise.sigma) == (0.3, 0.1)
+    run(agent, env, 7)  # two episode ends: the noise restarts for the copies that ended
+    assert noise.state.shape == (2, 3, 2)
+
+
+def test_an_agent_that_left_earlier_stores_no_observation_of_the_next_episode():
+    # agent_1 leaves at step 2; the copy ends at step 4 and resets
+    env = wrap_env(lambda: ContinuousEnv(max_steps=4, leave_at=2), num_envs=1, seed=0)
+    agent = build(env, cfg={"learning_starts": 100})
+    run(agent, env, 4)
+    next_obs = agent.groups[0].memory.get_tensor_by_name("next_observations")
+    assert torch.all(next_obs[3, 0, 1] == 0), next_obs[3, 0, 1]  # not agent_1's reset observation [0, 1, 0]
+    assert next_obs[3, 0, 0, 0] == 4.0  # agent_0: its final observation
+
+
+@pytest.mark.parametrize("algorithm", [MADDPG, MATD3])
+def test_checkpoint_holds_the_step_counters_noise_schedule_and_optionally_the_replay(tmp_path, algorithm):
+    set_seed(0)
+    env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
+    exploration = {"noise": OrnsteinUhlenbeckNoise, "noise_kwargs": {}, "initial_scale": 1.0, "final_scale": 0.1,
+                   "timesteps": 20}
+    cfg = {"random_timesteps": 3, "exploration": exploration, "policy_delay": 2} if algorithm is MATD3 else \
+        {"random_timesteps": 3, "exploration": exploration}
+    agent = build(env, algorithm=algorithm, cfg=cfg)
+    run(agent, env, 9)  # updates after steps 4..9: six gradient steps, an odd number of actor steps for MATD3
+    assert agent.gradient_step == 6
+    path = str(tmp_path / "agent.pt")
+    agent.save(path)
+    fresh = build(env, algorithm=algorithm, cfg=cfg)
+    fresh.load(path)
+    assert (fresh.recorded_steps, fresh.gradient_step) == (9, 6)
+    assert len(fresh.groups[0].memory) == 0  # the replay memory is left out unless asked for
+    assert torch.equal(fresh.groups[0].noise.state, agent.groups[0].noise.state)
+
+    agent.cfg["experiment"]["checkpoint_memory"] = True
+    agent.save(path)
+    with_replay = build(env, algorithm=algorithm, cfg=cfg)
+    with_replay.load(path)
+    assert len(with_replay.groups[0].memory) == 9 * 2
+    names = ["observations", "actions", "rewards"]
+    for a, b in zip(agent.groups[0].memory.sample_by_index(names, torch.arange(18)),
+                    with_replay.groups[0].memory.sample_by_index(names, torch.arange(18))):
+        assert torch.equal(a, b)

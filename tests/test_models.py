@@ -64,7 +64,12 @@ def test_gaussian_log_prob_clip_and_mean():
     obs = torch.randn(64, 4)
     actions, log_prob, outputs = policy.act({"observations": obs})
     assert actions.shape == (64, 2) and actions.abs().max() <= 0.5
-    mean = outputs["mean_actions"]
+    mean = policy.compute({"observations": obs})[0]
+    assert torch.equal(outputs["mean_actions"], mean.clamp(-0.5, 0.5))  # the greedy action stays in the Box
+    # the log-probability is that of the unclipped sample, returned as "sampled_actions"
+    sampled = outputs["sampled_actions"]
+    assert torch.equal(actions, sampled.clamp(-0.5, 0.5)) and sampled.abs().max() > 0.5
+    assert torch.allclose(log_prob, torch.distributions.Normal(mean, 1.0).log_prob(sampled).sum(-1, keepdim=True))
     expected = torch.distributions.Normal(mean, 1.0).log_prob(mean).sum(-1, keepdim=True)
     _, at_mean, _ = policy.act({"observations": obs, "taken_actions": mean})
     assert torch.allclose(at_mean, expected)

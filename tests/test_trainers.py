@@ -22,7 +22,8 @@ def test_training_writes_episode_returns_and_losses_to_tensorboard(tmp_path):
     events.Reload()
     tags = events.Tags()["scalars"]
     for tag in ("Episode / return (mean over agents)", "Episode / return / agent_1", "Loss / policy", "Loss / value",
-                "Policy / entropy", "Policy / KL", "Learning rate"):
+                "Policy / entropy", "Policy / KL", "Learning rate / policy[agent_0+agent_1+agent_2]",
+                "Learning rate / value[agent_0+agent_1+agent_2]"):
         assert tag in tags, tag
     assert len(events.Scalars("Episode / return (mean over agents)")) >= 3
 
@@ -60,11 +61,12 @@ def test_episode_statistics_sum_rewards_until_the_copy_ends():
     statistics = EpisodeStatistics(["a", "b"], num_envs=2, device=torch.device("cpu"))
     rewards = AgentTensors(torch.tensor([[1.0, 2.0], [3.0, 4.0]]), layout)
     flags = AgentTensors(torch.zeros(2, 2, dtype=torch.bool), layout)
-    assert statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[False], [False]])}).shape == (0, 2)
+    assert statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[False], [False]])}).returns.shape == (0, 2)
     finished = statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[True], [False]])})
-    assert finished.tolist() == [[2.0, 4.0]]
+    assert finished.returns.tolist() == [[2.0, 4.0]] and finished.lengths.tolist() == [2]
+    assert finished.copies.tolist() == [True, False]
     finished = statistics.step(rewards, flags, flags, {"episode_end": torch.tensor([[False], [True]])})
-    assert finished.tolist() == [[9.0, 12.0]]
+    assert finished.returns.tolist() == [[9.0, 12.0]] and finished.lengths.tolist() == [3]
 
 
 def test_eval_is_greedy_and_repeatable(tmp_path):

@@ -8,8 +8,8 @@ from pettingzoo import ParallelEnv
 class CountingEnv(ParallelEnv):
     """Three agents; observation = [step, agent index, last action]; reward = action taken.
 
-    ``agent_1`` leaves the episode (terminated) at step ``leave_at``; the episode is truncated
-    for everyone at ``max_steps``. With ``masked=True`` observations are
+    ``agent_1`` leaves the episode at step ``leave_at`` (terminated, or truncated with
+    ``leave_by="truncated"``); the episode is truncated for everyone at ``max_steps``. With ``masked=True`` observations are
     ``{"observation", "action_mask"}`` dicts where action 0 is forbidden on odd steps.
     ``nan_at`` puts a NaN into ``agent_2``'s observation at that step; ``raise_at`` raises in step.
     """
@@ -17,11 +17,12 @@ class CountingEnv(ParallelEnv):
     metadata = {"name": "counting_v0", "render_modes": ["rgb_array"]}
 
     def __init__(self, max_steps=5, leave_at=3, masked=False, nan_at=None, raise_at=None, nan_reward_at=None,
-                 render_mode=None):
+                 render_mode=None, leave_by="terminated"):
         self.possible_agents = ["agent_0", "agent_1", "agent_2"]
         self.max_steps, self.leave_at, self.masked = max_steps, leave_at, masked
         self.nan_at, self.raise_at, self.nan_reward_at = nan_at, raise_at, nan_reward_at
         self.render_mode = render_mode
+        self.leave_by = leave_by
         self.agents = []
         self.t = 0
         self.seed_used = None
@@ -59,8 +60,10 @@ class CountingEnv(ParallelEnv):
         rewards = {a: float(actions[a]) for a in self.agents}
         if self.nan_reward_at is not None and self.t == self.nan_reward_at:
             rewards["agent_0"] = float("inf")
-        terminated = {a: (a == "agent_1" and self.t == self.leave_at) for a in self.agents}
-        truncated = {a: self.t >= self.max_steps for a in self.agents}
+        leaves = {a: (a == "agent_1" and self.t == self.leave_at) for a in self.agents}
+        by_truncation = self.leave_by == "truncated"
+        terminated = {a: leaves[a] and not by_truncation for a in self.agents}
+        truncated = {a: self.t >= self.max_steps or (leaves[a] and by_truncation) for a in self.agents}
         infos = {a: {} for a in self.agents}
         self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
         return obs, rewards, terminated, truncated, infos
@@ -81,3 +84,40 @@ class ContinuousEnv(CountingEnv):
     def step(self, actions):
         assert all(np.all(np.abs(a) <= 1.0) for a in actions.values()), "actions outside the Box"
         return super().step({a: float(v[0]) for a, v in actions.items()})
+
+
+class CoinFlipEnv(ParallelEnv):
+    """One agent; each episode is, with probability 1/2, one step long with return 0, or ten steps
+    long with reward 1 per step (return 10). The expected return is 5 whatever the policy does.
+    """
+
+    metadata = {"name": "coin_flip_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["agent_0"]
+        self.agents = []
+        self.rng = np.random.default_rng()
+        self.length = 0
+        self.t = 0
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.length = 10 if self.rng.random() < 0.5 else 1
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        return {"agent_0": np.array([0.0, self.length], dtype=np.float32)}, {"agent_0": {}}
+
+    def step(self, actions):
+        self.t += 1
+        reward = 1.0 if self.length == 10 else 0.0
+        done = self.t >= self.length
+        obs = {"agent_0": np.array([self.t, self.length], dtype=np.float32)}
+        self.agents = [] if done else list(self.possible_agents)
+        return obs, {"agent_0": reward}, {"agent_0": False}, {"agent_0": done}, {"agent_0": {}}

@@ -7,7 +7,7 @@ import torch
 
 def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                 final_values: torch.Tensor, last_values: torch.Tensor, discount_factor: float,
-                lambda_coefficient: float) -> Tuple[torch.Tensor, torch.Tensor]:
+                gae_lambda: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns of a rollout of ``T`` steps (Schulman et al., 2016).
 
     All tensors are ``(T, ...)`` except ``last_values`` (``...``): the value of the observation
@@ -32,7 +32,7 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
         next_values = torch.where(terminated[t], 0.0, torch.where(truncated[t], final_values[t], next_values))
         delta = rewards[t] + discount_factor * next_values - values[t]
         continues = ~(terminated[t] | truncated[t])
-        running = delta + discount_factor * lambda_coefficient * continues * running
+        running = delta + discount_factor * gae_lambda * continues * running
         advantages[t] = running
         next_values = values[t]
     return advantages, advantages + values

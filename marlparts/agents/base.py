@@ -1,20 +1,22 @@
 """The base of every multi-agent algorithm: configuration, groups, hooks, tracking, checkpoints."""
 
-import collections
+import copy
 import datetime
 import os
-import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import gymnasium
-import numpy as np
 import torch
 
+from marlparts.agents.checkpoints import check_part_fits
 from marlparts.agents.groups import AgentGroup, build_groups
+from marlparts.agents.trained_model import TrainedModel
 from marlparts.memories.base import Memory
 from marlparts.models.base import Model
 from marlparts.utils.agent_tensors import stack_agents
-from marlparts.utils.config import merge_config
+from marlparts.utils.config import agreed_value, check_config, merge_config
+from marlparts.utils.files import save_atomically
+from marlparts.utils.seeding import rng_states, set_rng_states
 from marlparts.utils.tracking import Tracker
 
 EXPERIMENT_DEFAULTS = {
@@ -22,7 +24,7 @@ EXPERIMENT_DEFAULTS = {
     "experiment_name": "",          # sub-folder; a timestamp and class name when empty
     "write_interval": "auto",       # timesteps between metric writes ("auto": timesteps / 100)
     "checkpoint_interval": "auto",  # timesteps between checkpoints ("auto": timesteps / 10; 0: none)
-    "best_window": 100,             # episodes averaged to decide the best checkpoint
+    "checkpoint_memory": False,     # also save the replay memory in checkpoints (off-policy algorithms)
     "tensorboard": True,            # write TensorBoard event files
     "wandb": False,                 # also log to Weights & Biases
     "wandb_kwargs": {},             # passed to wandb.init
@@ -32,12 +34,20 @@ EXPERIMENT_DEFAULTS = {
 class MultiAgent:
     """Base of the multi-agent algorithms.
 
-    Subclasses set ``DEFAULT_CONFIG`` and ``ROLES`` (the model roles each agent needs) and
-    override :meth:`act`, :meth:`record_transition` and :meth:`update`.
+    Subclasses set ``DEFAULT_CONFIG``, ``ROLES`` (the model roles each agent needs) and
+    ``PER_AGENT_KEYS`` (the config keys that may be given per agent as ``{agent_id: value}``),
+    register each model they train with :meth:`add_trained_model`, and override :meth:`act`,
+    :meth:`record_transition` and :meth:`update`.
 
     Agents whose models are the same instances form an :class:`AgentGroup`, run as one batch.
-    Configuration values may be given per agent as ``{agent_id: value}``; agents of one group
-    must then agree (see :meth:`group_value`).
+    Configuration is checked and resolved once, here: types, per-agent values (every agent id
+    named, no unknown id; agents of one group must agree) and, for values that belong to a
+    model such as its learning rate, agreement among the agents that share it.
+
+    A run continues across several ``train()`` calls and across :meth:`save` / :meth:`load`:
+    one experiment folder, counters that keep counting, and checkpoints that hold everything
+    (models, optimizers, schedulers, preprocessors, counters, random generators' states and,
+    when asked, the replay memory).
 
     Args:
         possible_agents: every agent id, in a fixed order.
@@ -52,6 +62,7 @@ class MultiAgent:
 
     DEFAULT_CONFIG: Dict[str, Any] = {"experiment": EXPERIMENT_DEFAULTS}
     ROLES: Sequence[str] = ()
+    PER_AGENT_KEYS: frozenset = frozenset()
     NEEDS_MEMORY: bool = True
 
     def __init__(self, *, possible_agents: Sequence[str], models: Mapping[str, Mapping[str, Model]],
@@ -63,6 +74,8 @@ class MultiAgent:
         if not self.possible_agents or len(set(self.possible_agents)) != len(self.possible_agents):
             raise ValueError(f"possible_agents must be a non-empty list of distinct ids, got {possible_agents!r}")
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {})
+        check_config(self.cfg, self.DEFAULT_CONFIG, possible_agents=self.possible_agents,
+                     per_agent_keys=self.PER_AGENT_KEYS)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.observation_spaces = self._per_agent_dict(observation_spaces, "observation_spaces")
         self.action_spaces = self._per_agent_dict(action_spaces, "action_spaces")
@@ -75,17 +88,20 @@ class MultiAgent:
         self.models = {uid: dict(models[uid]) for uid in self.possible_agents}
         self.memories = memories
         self.groups: List[AgentGroup] = build_groups(self.possible_agents, self.models, self.ROLES, memories)
+        for group in self.groups:
+            what = f"the group {group.uids} that shares models"
+            group.cfg = {key: agreed_value(self.cfg, key, group.uids, what) for key in self.PER_AGENT_KEYS}
         self._distinct: Dict[Optional[str], List[Model]] = {}
         for model in self.distinct_models():
             model.to(self.device)
+        self.trained: List[TrainedModel] = []
+        self._records: Dict[int, TrainedModel] = {}
         self.training = True
         self.stochastic_evaluation = False
-        self.optimizers: Dict[int, torch.optim.Optimizer] = {}  # by id() of the model they train
         self.tracker: Optional[Tracker] = None
         self.experiment_dir: Optional[str] = None
-        self.checkpoint_modules: Dict[str, Any] = {}
-        self._recent_returns: collections.deque = collections.deque(maxlen=int(self.cfg["experiment"]["best_window"]))
-        self._best_return = -float("inf")
+        self._initialised = False
+        self.best_return = -float("inf")
         self.timestep = 0
         self._write_interval = 0
         self._checkpoint_interval = 0
@@ -124,34 +140,63 @@ class MultiAgent:
             self._distinct[role] = list(seen.values())
         return self._distinct[role]
 
+    def owners(self, model: Model, role: str) -> List[str]:
+        """The agents that use ``model`` as ``role``, in ``possible_agents`` order."""
+        return [uid for uid in self.possible_agents if self.models[uid].get(role) is model]
+
     def model_name(self, model: Model) -> str:
         """A stable name for ``model``: its role and the agents that use it, e.g. ``policy[agent_0+agent_1]``."""
         for role in self.ROLES:
-            owners = [uid for uid in self.possible_agents if self.models[uid][role] is model]
+            owners = self.owners(model, role)
             if owners:
                 return f"{role}[{'+'.join(owners)}]"
         raise KeyError("model is not used by this algorithm")
 
-    def group_value(self, key: str, group: AgentGroup) -> Any:
-        """Config value ``key`` for ``group``: a plain value, or ``{agent_id: value}`` on which the group agrees."""
-        value = self.cfg[key]
-        if isinstance(value, Mapping) and value and set(value) <= set(self.possible_agents):
-            missing = [uid for uid in group.uids if uid not in value]
-            if missing:
-                raise KeyError(f"cfg[{key!r}] is given per agent but has no value for {missing}")
-            values = {uid: value[uid] for uid in group.uids}
-            if len({repr(v) for v in values.values()}) > 1:
-                raise ValueError(f"cfg[{key!r}] differs within the group {group.uids} that shares models: {values}")
-            return values[group.uids[0]]
-        return value
+    def model_value(self, key: str, model: Model, role: str) -> Any:
+        """Config value ``key`` for ``model``: one value every agent that shares the model agrees on."""
+        return agreed_value(self.cfg, key, self.owners(model, role), f"the agents that share {self.model_name(model)}")
+
+    def add_trained_model(self, model: Model, role: str, *, learning_rate_key: str = "learning_rate") -> TrainedModel:
+        """The record of ``model`` (created on first call): an Adam optimizer at the model's learning rate,
+        the scheduler of ``cfg["learning_rate_scheduler"]`` if the config has one, and its gradient-norm limit.
+        """
+        if id(model) in self._records:
+            return self._records[id(model)]
+        fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters())
+        optimizer = torch.optim.Adam(model.parameters(), lr=self.model_value(learning_rate_key, model, role), fused=fused)
+        record = TrainedModel(name=self.model_name(model), role=role, model=model, owners=self.owners(model, role),
+                              optimizer=optimizer)
+        if "grad_norm_clip" in self.cfg:
+            record.grad_norm_clip = float(self.model_value("grad_norm_clip", model, role))
+        scheduler_class = self.cfg.get("learning_rate_scheduler")
+        if scheduler_class is not None:
+            record.scheduler = scheduler_class(optimizer, **self.cfg["learning_rate_scheduler_kwargs"])
+        self.trained.append(record)
+        self._records[id(model)] = record
+        return record
+
+    def trained_model(self, model: Model) -> TrainedModel:
+        """The record of a model this algorithm trains."""
+        try:
+            return self._records[id(model)]
+        except KeyError:
+            raise KeyError(f"{type(model).__name__} is not trained by this algorithm") from None
 
     def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
-        """Prepare the experiment folder and tracking; called by the trainer before the first step."""
-        trainer_cfg = dict(trainer_cfg or {})
-        timesteps = int(trainer_cfg.get("timesteps", 0))
+        """Prepare the experiment folder and tracking; called by the trainer before training.
+
+        Only the first call does anything: later ``train()`` calls, and a run resumed with
+        :meth:`load`, keep the same folder and writers.
+        """
+        if self._initialised:
+            return
+        self._initialised = True
+        timesteps = int(dict(trainer_cfg or {}).get("timesteps", 0))
         experiment = self.cfg["experiment"]
-        name = experiment["experiment_name"] or datetime.datetime.now().strftime(f"%y-%m-%d_%H-%M-%S-%f_{type(self).__name__}")
-        self.experiment_dir = os.path.join(experiment["directory"], name)
+        if self.experiment_dir is None:
+            name = experiment["experiment_name"] or \
+                datetime.datetime.now().strftime(f"%y-%m-%d_%H-%M-%S-%f_{type(self).__name__}")
+            self.experiment_dir = os.path.join(experiment["directory"], name)
         write_interval = experiment["write_interval"]
         checkpoint_interval = experiment["checkpoint_interval"]
         self._write_interval = max(1, timesteps // 100) if write_interval == "auto" else int(write_interval)
@@ -179,33 +224,32 @@ class MultiAgent:
         """Called before each :meth:`act` in training."""
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
-        """Called after each :meth:`record_transition` in training: writes metrics and checkpoints."""
-        self.timestep = timestep + 1
+        """Called after each :meth:`record_transition` in training: counts the step, writes metrics and checkpoints."""
+        self.timestep += 1
         if self.tracker is not None and self.timestep % self._write_interval == 0:
             self.tracker.write(self.timestep)
         if self._checkpoint_interval > 0 and self.timestep % self._checkpoint_interval == 0:
-            self.write_checkpoint(self.timestep)
+            self.write_checkpoint()
+
+    def cut_episodes(self) -> None:
+        """The episodes in progress end here without a terminal state (the trainer must reset the env):
+        the last stored step is to be treated as truncated. Algorithms that bootstrap from stored
+        next observations need nothing; the PPO family overrides this.
+        """
 
     def update(self, timestep: int, timesteps: int) -> None:
         """Improve the models from stored experience."""
         raise NotImplementedError
 
-    def make_optimizer(self, model: Model, learning_rate: float) -> torch.optim.Optimizer:
-        """Adam for ``model`` (the fused implementation on CPU and CUDA: one kernel per step)."""
-        fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters())
-        self.optimizers[id(model)] = torch.optim.Adam(model.parameters(), lr=learning_rate, fused=fused)
-        return self.optimizers[id(model)]
-
-    def optimize(self, models: Sequence[Model], loss: torch.Tensor) -> None:
-        """One optimizer step for each of ``models`` on ``loss``: zero, backward, clip to ``grad_norm_clip``, step."""
-        for model in models:
-            self.optimizers[id(model)].zero_grad(set_to_none=True)
+    def optimize(self, records: Sequence[TrainedModel], loss: torch.Tensor) -> None:
+        """One optimizer step for each of ``records`` on ``loss``: zero, backward, clip the gradient norm, step."""
+        for record in records:
+            record.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        clip = self.cfg.get("grad_norm_clip", 0)
-        for model in models:
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            self.optimizers[id(model)].step()
+        for record in records:
+            if record.grad_norm_clip > 0:
+                torch.nn.utils.clip_grad_norm_(record.model.parameters(), record.grad_norm_clip)
+            record.optimizer.step()
 
     def mean_over_agents(self, group_values: Sequence[Mapping[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
         """``{key: mean over agents}`` from one ``{key: group mean}`` per group (groups weighted by size)."""
@@ -230,14 +274,28 @@ class MultiAgent:
             self.tracker.add(tag, value)
 
     def track_episode_returns(self, returns: torch.Tensor) -> None:
-        """Record finished episodes: ``returns`` is ``(episodes, num_agents)`` in ``possible_agents`` order."""
+        """Record finished training episodes: ``returns`` is ``(episodes, agents)`` in ``possible_agents`` order."""
+        if self.tracker is None:
+            return
         returns = returns.detach().cpu()
-        for row in returns.tolist():
-            self._recent_returns.append(float(np.mean(row)))
+        self.tracker.add("Episode / return (mean over agents)", returns.mean().item())
+        for uid, value in zip(self.possible_agents, returns.mean(dim=0).tolist()):
+            self.tracker.add(f"Episode / return / {uid}", value)
+
+    def record_evaluation(self, result: Mapping[str, Any]) -> None:
+        """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return.
+
+        ``result`` holds ``mean_return`` (mean over episodes and this algorithm's agents),
+        ``returns`` (agent id to its mean) and ``mean_length``.
+        """
         if self.tracker is not None:
-            self.tracker.add("Episode / return (mean over agents)", returns.mean().item())
-            for uid, value in zip(self.possible_agents, returns.mean(dim=0).tolist()):
-                self.tracker.add(f"Episode / return / {uid}", value)
+            values = {"Evaluation / return (mean over agents)": result["mean_return"],
+                      "Evaluation / episode length": result["mean_length"]}
+            values.update({f"Evaluation / return / {uid}": value for uid, value in result["returns"].items()})
+            self.tracker.write_now(values, self.timestep)
+        if result["mean_return"] > self.best_return and self.experiment_dir is not None:
+            self.best_return = float(result["mean_return"])
+            self.save(os.path.join(self.experiment_dir, "checkpoints", "best_agent.pt"))
 
     def set_mode(self, mode: str) -> None:
         """``"train"`` (sample actions, update statistics) or ``"eval"`` (frozen; greedy actions unless
@@ -250,51 +308,95 @@ class MultiAgent:
             model.train(self.training)
 
     # ----------------------------------------------------------------------------- checkpoints
-    def state_dict(self) -> Dict[str, Any]:
-        """Everything that makes up the algorithm's state: models, optimizers, preprocessors, counters."""
-        modules = {name: module.state_dict() for name, module in self.checkpoint_modules.items()}
-        return {"modules": modules, "timestep": self.timestep, "best_return": self._best_return}
+    def checkpoint_parts(self) -> Dict[str, Any]:
+        """``{name: part}`` of every object with a ``state_dict`` that makes up the algorithm's state."""
+        parts: Dict[str, Any] = {}
+        for record in self.trained:
+            parts.update(record.checkpoint_parts())
+        return parts
+
+    def counters(self) -> Dict[str, Any]:
+        """The algorithm's counters (subclasses add theirs): saved and restored with the models."""
+        return {"timestep": self.timestep, "best_return": self.best_return}
+
+    def load_counters(self, counters: Mapping[str, Any]) -> None:
+        """Restore what :meth:`counters` returned."""
+        self.timestep = int(counters["timestep"])
+        self.best_return = float(counters["best_return"])
+
+    def state_dict(self, *, include_memory: Optional[bool] = None) -> Dict[str, Any]:
+        """Everything that makes up the algorithm's state: models, optimizers, schedulers, preprocessors,
+        counters, the random generators' states, the experiment folder and, if ``include_memory``
+        (default ``cfg["experiment"]["checkpoint_memory"]``), each group's memory.
+        """
+        if include_memory is None:
+            include_memory = bool(self.cfg["experiment"]["checkpoint_memory"])
+        state = {"modules": {name: part.state_dict() for name, part in self.checkpoint_parts().items()},
+                 "counters": self.counters(), "rng": rng_states(), "experiment_dir": self.experiment_dir}
+        if include_memory and self.NEEDS_MEMORY:
+            state["memories"] = {group.uids[0]: group.memory.state_dict() for group in self.groups}
+        return state
+
+    def _check_state(self, state: Mapping[str, Any]) -> None:
+        """Raise a clear error if ``state`` does not fit this algorithm; changes nothing."""
+        parts = self.checkpoint_parts()
+        modules = state.get("modules", {})
+        missing, unknown = sorted(set(parts) - set(modules)), sorted(set(modules) - set(parts))
+        if missing or unknown:
+            raise KeyError(f"checkpoint does not match this {type(self).__name__}: parts missing from it {missing}, "
+                           f"parts this algorithm does not have {unknown}")
+        for name, part in parts.items():
+            check_part_fits(name, part, modules[name])
+        for uid, memory_state in state.get("memories", {}).items():
+            group = next((g for g in self.groups if g.uids[0] == uid), None)
+            if group is None:
+                raise KeyError(f"checkpoint holds a memory for {uid!r}, which leads no group of this algorithm")
+            group.memory.check_state(memory_state, what=f"memories[{uid!r}]")
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned; a missing or unknown part is an error."""
-        modules = state["modules"]
-        missing = sorted(set(self.checkpoint_modules) - set(modules))
-        unknown = sorted(set(modules) - set(self.checkpoint_modules))
-        if missing or unknown:
-            raise KeyError(f"checkpoint does not match this algorithm: missing {missing}, unexpected {unknown}")
-        for name, module in self.checkpoint_modules.items():
-            module.load_state_dict(modules[name])
-        self.timestep = int(state.get("timestep", 0))
-        self._best_return = float(state.get("best_return", -float("inf")))
+        """Restore what :meth:`state_dict` returned; everything is checked first, and a load that fails
+        leaves the algorithm as it was.
+        """
+        self._check_state(state)
+        backup = copy.deepcopy(self.state_dict(include_memory=False))
+        try:
+            self._apply_state(state)
+        except Exception:
+            self._apply_state(backup)
+            raise
+
+    def _apply_state(self, state: Mapping[str, Any]) -> None:
+        for name, part in self.checkpoint_parts().items():
+            part.load_state_dict(state["modules"][name])
+        self.load_counters(state["counters"])
+        for group in self.groups:
+            if group.uids[0] in state.get("memories", {}):
+                group.memory.load_state_dict(state["memories"][group.uids[0]])
+        set_rng_states(state["rng"])
+        folder = state.get("experiment_dir")
+        if self.experiment_dir is None and not self.cfg["experiment"]["experiment_name"] and folder \
+                and os.path.isdir(folder):
+            self.experiment_dir = folder  # a resumed run goes on writing where it wrote before
 
     def save(self, path: str) -> None:
         """Write the algorithm's state to ``path`` atomically: a crash never leaves a half-written file."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        os.close(handle)
-        try:
-            torch.save(self.state_dict(), temporary)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
+        save_atomically(self.state_dict(), path)
 
     def load(self, path: str) -> None:
-        """Load a checkpoint written by :meth:`save`; only tensors and plain data are read, no code runs."""
+        """Load a checkpoint written by :meth:`save` and continue from it.
+
+        Only tensors and plain data are read (``weights_only=True``: no code runs). The
+        checkpoint is checked against this algorithm before anything changes; on a mismatch
+        the error names the part (role and agents) and the tensor. A run resumed this way
+        keeps counting its timesteps and, when ``experiment_name`` is empty and the
+        checkpoint's experiment folder exists here, goes on writing into that folder.
+        """
         self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
 
-    def write_checkpoint(self, timestep: int) -> None:
-        """Write ``checkpoints/agent_<timestep>.pt`` and, if the recent mean return is the best yet, ``best_agent.pt``."""
-        if self.experiment_dir is None:
-            return
-        folder = os.path.join(self.experiment_dir, "checkpoints")
-        self.save(os.path.join(folder, f"agent_{timestep}.pt"))
-        if self._recent_returns:
-            recent = float(np.mean(self._recent_returns))
-            if recent > self._best_return:
-                self._best_return = recent
-                self.save(os.path.join(folder, "best_agent.pt"))
+    def write_checkpoint(self) -> None:
+        """Write ``checkpoints/agent_<timestep>.pt`` into the experiment folder."""
+        if self.experiment_dir is not None:
+            self.save(os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt"))
 
     def close(self) -> None:
         """Flush and close the tracker."""

@@ -1,6 +1,6 @@
 """Groups of agents that share models: each group runs as one batch (env copies × agents)."""
 
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -17,6 +17,11 @@ class AgentGroup:
         memory: storage for the whole group (the memory given for its first agent), with an
             agent axis: tensors of shape ``(memory_size, num_envs, len(uids), *size)``.
         agent_indexes: positions of ``uids`` in ``possible_agents`` (for one-hot agent ids).
+        cfg: the group's configuration values, per-agent values resolved (every agent of the
+            group has the same value).
+        trained: ``role -> TrainedModel``, the record of each model the algorithm trains.
+        noise: the exploration noise of algorithms that add one (off-policy methods), else None.
+        cache: values of the current step passed from ``act`` to ``record_transition``.
     """
 
     def __init__(self, uids: Sequence[str], models: Mapping[str, Model], memory: Optional[Memory],
@@ -25,6 +30,9 @@ class AgentGroup:
         self.models = dict(models)
         self.memory = memory
         self.agent_indexes = torch.as_tensor(list(agent_indexes), dtype=torch.long)
+        self.cfg: Dict[str, Any] = {}
+        self.trained: Dict[str, Any] = {}
+        self.noise: Optional[Any] = None
         self.cache: Dict[str, torch.Tensor] = {}
 
     @property
@@ -38,7 +46,12 @@ class AgentGroup:
 
 def build_groups(possible_agents: Sequence[str], models: Mapping[str, Mapping[str, Model]], roles: Sequence[str],
                  memories: Optional[Mapping[str, Memory]]) -> List[AgentGroup]:
-    """Group agents by the identity of their models for ``roles``, in ``possible_agents`` order."""
+    """Group agents by the identity of their models for ``roles``, in ``possible_agents`` order.
+
+    Raises:
+        ValueError: one ``Memory`` instance given to agents of different groups (their rows
+            would interleave in it).
+    """
     order: Dict[tuple, List[str]] = {}
     for uid in possible_agents:
         key = tuple(id(models[uid][role]) for role in roles)
@@ -50,4 +63,13 @@ def build_groups(possible_agents: Sequence[str], models: Mapping[str, Mapping[st
         memory = memories[first] if memories is not None else None
         groups.append(AgentGroup(uids, {role: models[first][role] for role in roles}, memory,
                                  [position[uid] for uid in uids]))
+    if memories is not None:
+        owner: Dict[int, AgentGroup] = {}
+        for group in groups:
+            for uid in group.uids:
+                other = owner.setdefault(id(memories[uid]), group)
+                if other is not group:
+                    raise ValueError(f"memories[{other.uids[0]!r}] and memories[{uid!r}] are the same Memory, but the "
+                                     f"two agents do not share models (groups {other.uids} and {group.uids}): give "
+                                     "each group its own Memory")
     return groups

@@ -6,6 +6,7 @@ import torch
 
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.ppo_core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.agents.trained_model import TrainedModel
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 
@@ -27,9 +28,13 @@ class IPPO(MultiAgentPPO):
         """Size of the agent's flattened observation."""
         return flat_size(self.observation_spaces[uid])
 
-    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                       train: bool = False) -> torch.Tensor:
+    def critic_input_rows(self, record: TrainedModel) -> torch.Tensor:
+        """The stored observations of the agents that use the critic, at their active steps."""
+        return torch.cat([self._active_rows(group, "observations") for group in self.groups
+                          if group.trained["value"] is record])
+
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """The critic on each agent's own (standardised if configured) observation."""
-        inputs = self._preprocess_states(group, observations.flatten(0, 1), train)
+        inputs = self._preprocess_states(group, observations.flatten(0, 1))
         predicted, _, _ = group.models["value"].act({"observations": inputs}, role="value")
         return predicted.unflatten(0, observations.shape[:2])

@@ -6,7 +6,7 @@ go through straight-through Gumbel-softmax so the critic's gradient reaches the 
 """
 
 import copy
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium
 import torch
@@ -16,6 +16,7 @@ from torch import nn
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.losses import masked_mean
+from marlparts.agents.trained_model import TrainedModel
 from marlparts.resources.noises import GaussianNoise, linear_scale
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
@@ -27,15 +28,15 @@ MADDPG_DEFAULT_CONFIG: Config = Config({
     "update_interval": 1,              # vectorized env steps between updates
     "learning_starts": 100,            # vectorized env steps before the first update
     "random_timesteps": 0,             # vectorized env steps with uniformly random actions
-    "discount_factor": 0.95,
+    "discount_factor": 0.95,           # (per agent allowed)
     "polyak": 0.01,                    # soft update factor of the target networks
-    "actor_learning_rate": 1e-3,
-    "critic_learning_rate": 1e-3,
-    "grad_norm_clip": 0.5,             # per model; 0 disables clipping
+    "actor_learning_rate": 1e-3,       # (per agent allowed)
+    "critic_learning_rate": 1e-3,      # (per agent allowed)
+    "grad_norm_clip": 0.5,             # per model; 0 disables clipping (per agent allowed)
     "critic_input": "observations",    # "observations": every agent's observation; "state": the global state
     "gumbel_softmax": True,            # discrete actions through straight-through Gumbel-softmax
-    "gumbel_temperature": 1.0,
-    "logits_regularization": 1e-3,     # weight of the mean squared logits in the discrete actor loss
+    "gumbel_temperature": 1.0,         # (per agent allowed)
+    "logits_regularization": 1e-3,     # weight of the mean squared logits in the discrete actor loss (per agent allowed)
     "exploration": {                   # noise added to continuous actions while training
         "noise": GaussianNoise,        # a marlparts.resources.noises class, or None
         "noise_kwargs": {"std": 0.1},
@@ -45,7 +46,7 @@ MADDPG_DEFAULT_CONFIG: Config = Config({
     },
     "observation_preprocessor": None,  # applied to every agent's observations, e.g. RunningStandardScaler
     "observation_preprocessor_kwargs": {},
-    "time_limit_bootstrap": True,      # truncated transitions bootstrap from the final observation
+    "time_limit_bootstrap": True,      # truncated transitions bootstrap from the final observation (per agent allowed)
     "experiment": EXPERIMENT_DEFAULTS,
 })
 
@@ -66,6 +67,8 @@ class MADDPG(MultiAgent):
     DEFAULT_CONFIG = MADDPG_DEFAULT_CONFIG
     ROLES = ("policy", "critic")
     CRITIC_ROLES = ("critic",)
+    PER_AGENT_KEYS = frozenset({"discount_factor", "actor_learning_rate", "critic_learning_rate", "grad_norm_clip",
+                                "gumbel_temperature", "logits_regularization", "time_limit_bootstrap"})
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -89,16 +92,16 @@ class MADDPG(MultiAgent):
         self._group_order = [uid for group in self.groups for uid in group.uids]
         self._action_bounds: Dict[str, tuple] = {}
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
-        self.targets: Dict[int, nn.Module] = {}
-        self.preprocessors: Dict[int, Optional[nn.Module]] = {}
-        for group in self.groups:
+        self.critic_columns: Dict[Tuple[int, str], torch.Tensor] = {}  # (group index, role) -> Q-value columns
+        noise_class = cfg["exploration"]["noise"]
+        for index, group in enumerate(self.groups):
             self._check_group(group)
             for role in self.ROLES:
-                self._prepare_model(group.models[role], role)
-            group.cache["critic_columns"] = {role: self._owner_positions(group, role) for role in self.CRITIC_ROLES}
-            noise_class = cfg["exploration"]["noise"]
-            group.cache["noise"] = noise_class(**cfg["exploration"]["noise_kwargs"], device=self.device) \
-                if noise_class is not None else None
+                group.trained[role] = self._prepare_model(group.models[role], role)
+            for role in self.CRITIC_ROLES:
+                self.critic_columns[(index, role)] = self._owner_positions(group, role)
+            if noise_class is not None:
+                group.noise = noise_class(**cfg["exploration"]["noise_kwargs"], device=self.device)
         self.gradient_step = 0
 
     # ----------------------------------------------------------------------------- construction
@@ -138,25 +141,42 @@ class MADDPG(MultiAgent):
             raise ValueError(f"memories[{first!r}] holds {memory.memory_size} x {memory.num_envs} samples, fewer than "
                              f"cfg['batch_size'] = {self.cfg['batch_size']}")
 
-    def _prepare_model(self, model: nn.Module, role: str) -> None:
-        if id(model) in self.targets:
-            return
-        name = self.model_name(model)
-        target = copy.deepcopy(model)
-        target.requires_grad_(False)
-        self.targets[id(model)] = target
-        rate = self.cfg["actor_learning_rate"] if role == "policy" else self.cfg["critic_learning_rate"]
-        self.make_optimizer(model, rate)
-        self.checkpoint_modules.update({name: model, f"target:{name}": target,
-                                        f"optimizer:{name}": self.optimizers[id(model)]})
-        if role == "policy":
+    def _prepare_model(self, model: nn.Module, role: str) -> TrainedModel:
+        """The record of ``model``: optimizer, target copy and, for policies, the observation preprocessor."""
+        key = "actor_learning_rate" if role == "policy" else "critic_learning_rate"
+        record = self.add_trained_model(model, role, learning_rate_key=key)
+        if record.target is None:
+            record.target = copy.deepcopy(model)
+            record.target.requires_grad_(False)
             preprocessor_class = self.cfg["observation_preprocessor"]
-            self.preprocessors[id(model)] = None
-            if preprocessor_class is not None:
-                size = model.num_observations
-                preprocessor = preprocessor_class(size, **self.cfg["observation_preprocessor_kwargs"]).to(self.device)
-                self.preprocessors[id(model)] = preprocessor
-                self.checkpoint_modules[f"observation_preprocessor:{name}"] = preprocessor
+            if role == "policy" and preprocessor_class is not None:
+                record.input_preprocessor = preprocessor_class(model.num_observations,
+                                                               **self.cfg["observation_preprocessor_kwargs"]).to(self.device)
+        return record
+
+    def observation_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
+        """The preprocessor of the group's observations (None if not configured)."""
+        return group.trained["policy"].input_preprocessor
+
+    def checkpoint_parts(self) -> Dict[str, Any]:
+        """The records' parts and each group's exploration noise."""
+        parts = super().checkpoint_parts()
+        for group in self.groups:
+            if group.noise is not None:
+                parts[f"noise[{'+'.join(group.uids)}]"] = group.noise
+        return parts
+
+    def counters(self) -> Dict[str, Any]:
+        """Adds the stored vectorized steps (they drive ``learning_starts``, ``update_interval``, random
+        actions and the noise schedule) and the gradient steps (MATD3's delay phase).
+        """
+        return {**super().counters(), "recorded_steps": self.recorded_steps, "gradient_step": self.gradient_step}
+
+    def load_counters(self, counters: Mapping[str, Any]) -> None:
+        """Restore what :meth:`counters` returned."""
+        super().load_counters(counters)
+        self.recorded_steps = int(counters["recorded_steps"])
+        self.gradient_step = int(counters["gradient_step"])
 
     def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
         """Create the experiment folder and each group's replay tensors."""
@@ -178,10 +198,10 @@ class MADDPG(MultiAgent):
                 memory.create_tensor("next_states", (state_size,))
 
     # ----------------------------------------------------------------------------- acting
-    def _observations(self, group: AgentGroup, observations: torch.Tensor, train: bool = False) -> torch.Tensor:
+    def _observations(self, group: AgentGroup, observations: torch.Tensor) -> torch.Tensor:
         """``(batch, group, obs)`` observations, standardised if configured."""
-        preprocessor = self.preprocessors[id(group.models["policy"])]
-        return observations if preprocessor is None else preprocessor(observations, train=train)
+        preprocessor = self.observation_preprocessor(group)
+        return observations if preprocessor is None else preprocessor(observations)
 
     def _policy_outputs(self, model: nn.Module, observations: torch.Tensor) -> torch.Tensor:
         """Policy outputs ``(batch, group, width)`` for ``(batch, group, obs)`` observations."""
@@ -210,7 +230,13 @@ class MADDPG(MultiAgent):
                              final_scale=exploration["final_scale"], timesteps=exploration["timesteps"])
         for group in self.groups:
             uid = group.uids[0]
-            obs = self._observations(group, stack_agents(observations, group.uids), train=self.training)
+            obs = stack_agents(observations, group.uids)
+            if self.training:
+                group.cache["active"] = active = self.active_mask(infos, group, obs.shape[0], obs.device)
+                preprocessor = self.observation_preprocessor(group)
+                if preprocessor is not None:  # statistics of the agents that act, not of absent agents' zeros
+                    preprocessor.update(obs[active.squeeze(-1)])
+            obs = self._observations(group, obs)
             output = self._policy_outputs(group.models["policy"], obs)
             random = self.training and self.recorded_steps < self.cfg["random_timesteps"]
             if self.discrete[uid]:
@@ -223,12 +249,10 @@ class MADDPG(MultiAgent):
                 if random:
                     chosen = low + torch.rand_like(output) * (high - low)
                 else:
-                    noise = group.cache["noise"]
+                    noise = group.noise
                     chosen = output + scale * noise.sample(output.shape) if explore and noise is not None else output
                     chosen = torch.max(torch.min(chosen, high), low)
             actions.update(unstack_agents(chosen, group.uids))
-            if self.training:
-                group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
         self.track_data("Exploration / noise scale", scale)
         return actions
 
@@ -237,32 +261,44 @@ class MADDPG(MultiAgent):
                           next_observations: Mapping[str, torch.Tensor], next_states: Optional[torch.Tensor],
                           terminated: Mapping[str, torch.Tensor], truncated: Mapping[str, torch.Tensor],
                           infos: Mapping[str, Any], timestep: int, timesteps: int) -> None:
-        """Store one step per group; where an agent's episode ended, its next observation is the final one."""
+        """Store one step per group; where an agent's episode ended, its next observation is the final one.
+
+        Where a copy's episode ended, every agent's next observation is the final one, so the
+        zeros of an agent that had left already are stored, not its first observation of the next
+        episode (which would enter the other agents' joint critic input).
+        """
         if not self.training:
             return
         infos = infos or {}
         final = infos.get("final_observation")
+        episode_end = infos.get("episode_end")
+        copy_ended = episode_end.reshape(-1, 1, 1).bool() if episode_end is not None else None
         for group in self.groups:
             next_obs = stack_agents(next_observations, group.uids)
-            ended = stack_agents(terminated, group.uids).bool() | stack_agents(truncated, group.uids).bool()
-            if final is not None:
-                next_obs = torch.where(ended, stack_agents(final, group.uids), next_obs)
             done = stack_agents(terminated, group.uids).bool()
-            if not self.cfg["time_limit_bootstrap"]:
-                done = done | stack_agents(truncated, group.uids).bool()
+            truncated_group = stack_agents(truncated, group.uids).bool()
+            if final is not None:
+                ended = done | truncated_group if copy_ended is None else done | truncated_group | copy_ended
+                next_obs = torch.where(ended, stack_agents(final, group.uids), next_obs)
+            if not group.cfg["time_limit_bootstrap"]:
+                done = done | truncated_group
             samples = {"observations": stack_agents(observations, group.uids), "next_observations": next_obs,
                        "actions": stack_agents(actions, group.uids), "rewards": stack_agents(rewards, group.uids).float(),
                        "terminated": done, "active": group.cache["active"]}
             if self.cfg["critic_input"] == "state":
-                episode_end = infos.get("episode_end")
                 samples["states"] = states
-                samples["next_states"] = (torch.where(episode_end.reshape(-1, 1).bool(), infos["final_state"], next_states)
-                                          if episode_end is not None else next_states)
+                samples["next_states"] = (torch.where(copy_ended[:, 0], infos["final_state"], next_states)
+                                          if copy_ended is not None else next_states)
             group.memory.add_samples(**samples)
-            noise = group.cache["noise"]
-            if noise is not None and "episode_end" in infos:
-                noise.reset(infos["episode_end"].reshape(-1, 1).expand(-1, group.size).reshape(-1))
+            if group.noise is not None and copy_ended is not None:
+                group.noise.reset(copy_ended[:, :, 0].expand(-1, group.size))
         self.recorded_steps += 1
+
+    def cut_episodes(self) -> None:
+        """The stored next observations already bootstrap a cut step; the noise processes restart."""
+        for group in self.groups:
+            if group.noise is not None:
+                group.noise.reset()
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update every ``update_interval`` stored steps once ``learning_starts`` steps are stored
@@ -322,7 +358,7 @@ class MADDPG(MultiAgent):
 
     def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> torch.Tensor:
         """Actions of the target policy for ``(batch, group, obs)`` next observations, as critic inputs."""
-        outputs = self._policy_outputs(self.targets[id(group.models["policy"])], next_observations)
+        outputs = self._policy_outputs(group.trained["policy"].target, next_observations)
         return self.differentiable_actions(group, outputs)
 
     def critic_observations(self, batches: List[Dict[str, torch.Tensor]], key: str) -> torch.Tensor:
@@ -347,13 +383,13 @@ class MADDPG(MultiAgent):
             for group, batch in zip(self.groups, batches):
                 q_next = self.next_q_values(group, next_x, next_actions)
                 not_done = (~batch["terminated"]).squeeze(-1).to(q_next.dtype)
-                targets.append(batch["rewards"].squeeze(-1) + self.cfg["discount_factor"] * not_done * q_next)
+                targets.append(batch["rewards"].squeeze(-1) + group.cfg["discount_factor"] * not_done * q_next)
         return targets
 
     def next_q_values(self, group: AgentGroup, next_x: torch.Tensor, next_actions: torch.Tensor) -> torch.Tensor:
         """``Q'(x', a')`` of the group's target critic, ``(batch, group)``."""
-        target = self.targets[id(group.models["critic"])]
-        return self.q_values(target, next_x, next_actions, group.cache["critic_columns"]["critic"])
+        index = self.groups.index(group)
+        return self.q_values(group.trained["critic"].target, next_x, next_actions, self.critic_columns[(index, "critic")])
 
     def critic_loss(self, batches: List[Dict[str, torch.Tensor]], targets: List[torch.Tensor]) -> torch.Tensor:
         """Mean over agents of the squared TD error of each agent's Q-value (of every critic role), on its
@@ -362,9 +398,9 @@ class MADDPG(MultiAgent):
         x = self.critic_observations(batches, "observations")
         actions = self.joint([self.action_inputs(g, b["actions"]) for g, b in zip(self.groups, batches)])
         loss = 0.0
-        for group, batch, target in zip(self.groups, batches, targets):
+        for index, (group, batch, target) in enumerate(zip(self.groups, batches, targets)):
             for role in self.CRITIC_ROLES:
-                q = self.q_values(group.models[role], x, actions, group.cache["critic_columns"][role])
+                q = self.q_values(group.models[role], x, actions, self.critic_columns[(index, role)])
                 loss = loss + group.size / len(self.possible_agents) * masked_mean((q - target).square(),
                                                                                    batch["active"].squeeze(-1))
         return loss
@@ -376,7 +412,7 @@ class MADDPG(MultiAgent):
         x = self.critic_observations(batches, "observations")
         actions = self.joint([self.action_inputs(g, b["actions"]) for g, b in zip(self.groups, batches)])
         loss = 0.0
-        for group, batch in zip(self.groups, batches):
+        for index, (group, batch) in enumerate(zip(self.groups, batches)):
             outputs = self._policy_outputs(group.models["policy"], batch["observations"])
             own = self.differentiable_actions(group, outputs)                       # (B, G, width)
             batch_size, size, width = own.shape
@@ -386,11 +422,11 @@ class MADDPG(MultiAgent):
             replaced = actions.unsqueeze(1).expand(batch_size, size, actions.shape[-1]).clone()
             replaced[:, rows, columns] = own                                        # agent g's action in row g
             q = self.q_values(group.models["critic"], x.unsqueeze(1).expand(-1, size, -1).flatten(0, 1),
-                              replaced.flatten(0, 1), group.cache["critic_columns"]["critic"])
+                              replaced.flatten(0, 1), self.critic_columns[(index, "critic")])
             own_q = q.unflatten(0, (batch_size, size)).diagonal(dim1=1, dim2=2)     # Q_g with agent g's action
             agent_loss = -masked_mean(own_q, batch["active"].squeeze(-1))
             if self.discrete[group.uids[0]]:
-                agent_loss = agent_loss + self.cfg["logits_regularization"] * outputs.square().mean()
+                agent_loss = agent_loss + group.cfg["logits_regularization"] * outputs.square().mean()
             loss = loss + group.size / len(self.possible_agents) * agent_loss
         return loss
 
@@ -400,14 +436,13 @@ class MADDPG(MultiAgent):
 
     def update_targets(self) -> None:
         """Soft-update every target network towards its model."""
-        for role in self.ROLES:
-            for model in self.distinct_models(role):
-                self.targets[id(model)].update_parameters(model, polyak=self.cfg["polyak"])
+        for record in self.trained:
+            record.target.update_parameters(record.model, polyak=self.cfg["polyak"])
 
     def update(self, timestep: int, timesteps: int) -> None:
         """``gradient_steps`` times: sample, fit the critics to the TD targets, improve the actors, move the targets."""
-        critics = [m for role in self.CRITIC_ROLES for m in self.distinct_models(role)]
-        policies = self.distinct_models("policy")
+        critics = [record for record in self.trained if record.role in self.CRITIC_ROLES]
+        policies = [record for record in self.trained if record.role == "policy"]
         for _ in range(self.cfg["gradient_steps"]):
             self.gradient_step += 1
             batches = self.sample_batch()
@@ -416,10 +451,10 @@ class MADDPG(MultiAgent):
             self.track_data("Loss / critic", critic_loss.item())
             if self.update_actor_now():
                 for critic in critics:  # the actor loss needs gradients through the critics, not for them
-                    critic.requires_grad_(False)
+                    critic.model.requires_grad_(False)
                 actor_loss = self.actor_loss(batches)
                 self.optimize(policies, actor_loss)
                 for critic in critics:
-                    critic.requires_grad_(True)
+                    critic.model.requires_grad_(True)
                 self.update_targets()
                 self.track_data("Loss / actor", actor_loss.item())

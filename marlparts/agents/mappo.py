@@ -7,6 +7,7 @@ import torch.nn.functional as F
 
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.ppo_core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.agents.trained_model import TrainedModel
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 
@@ -60,11 +61,15 @@ class MAPPO(MultiAgentPPO):
         """Name the option that shapes the critic."""
         return f" with cfg['agent_specific_values']={self.cfg['agent_specific_values']!r}"
 
-    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                       train: bool = False) -> torch.Tensor:
+    def critic_input_rows(self, record: TrainedModel) -> torch.Tensor:
+        """The stored global states: one row per env copy and step (every group stores the same ones)."""
+        group = next(group for group in self.groups if group.trained["value"] is record)
+        return group.memory.get_tensor_by_name("states").flatten(0, 1)
+
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state."""
         value, mode = group.models["value"], self.cfg["agent_specific_values"]
-        states = self._preprocess_states(group, states, train)
+        states = self._preprocess_states(group, states)
         batch, size = observations.shape[:2]
         if mode == "one_hot":
             one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(states.dtype)

@@ -36,8 +36,8 @@ class MATD3(MADDPG):
 
     def next_q_values(self, group: AgentGroup, next_x: torch.Tensor, next_actions: torch.Tensor) -> torch.Tensor:
         """The smaller of the two target critics' Q-values."""
-        columns = group.cache["critic_columns"]
-        return torch.min(*(self.q_values(self.targets[id(group.models[role])], next_x, next_actions, columns[role])
+        index = self.groups.index(group)
+        return torch.min(*(self.q_values(group.trained[role].target, next_x, next_actions, self.critic_columns[(index, role)])
                            for role in self.CRITIC_ROLES))
 
     def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> torch.Tensor:

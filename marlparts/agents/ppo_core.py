@@ -1,7 +1,7 @@
 """The PPO machinery shared by MAPPO and IPPO: batched acting per group, rollout storage, update.
 
-The two algorithms differ in what their critics see, which is the one method
-:meth:`MultiAgentPPO.predict_values` that each overrides.
+The two algorithms differ in what their critics see: :meth:`MultiAgentPPO.predict_values` and
+:meth:`MultiAgentPPO.critic_input_rows`, which each overrides.
 """
 
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -13,6 +13,7 @@ from marlparts.agents.advantages import compute_gae
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.losses import masked_mean
+from marlparts.agents.trained_model import TrainedModel
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
@@ -23,8 +24,8 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "rollouts": 100,                      # env steps per update (the memory_size of every memory)
     "learning_epochs": 10,                # passes over the rollout per update
     "mini_batches": 2,                    # minibatches per pass (a group's agents stay together)
-    "discount_factor": 0.99,              # gamma
-    "lambda": 0.95,                       # GAE lambda
+    "discount_factor": 0.99,              # gamma (per agent allowed)
+    "gae_lambda": 0.95,                   # GAE lambda (per agent allowed)
     "learning_rate": 7e-4,                # Adam learning rate (per agent allowed)
     "learning_rate_scheduler": None,      # e.g. KLAdaptiveLR
     "learning_rate_scheduler_kwargs": {},
@@ -34,12 +35,12 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "state_preprocessor_kwargs": {},
     "value_preprocessor": RunningStandardScaler,  # value normalisation of the critic targets (None: off)
     "value_preprocessor_kwargs": {},
-    "grad_norm_clip": 10.0,               # per model; 0 disables clipping
-    "ratio_clip": 0.2,                    # PPO clipping of the probability ratio
-    "value_clip": 0.2,                    # clipping of the predicted value around the stored one
-    "clip_predicted_values": True,
-    "entropy_loss_scale": 0.01,           # per agent allowed
-    "value_loss_scale": 1.0,
+    "grad_norm_clip": 10.0,               # per model; 0 disables clipping (per agent allowed)
+    "ratio_clip": 0.2,                    # PPO clipping of the probability ratio (per agent allowed)
+    "value_clip": 0.2,                    # clipping of the predicted value around the stored one (per agent allowed)
+    "clip_predicted_values": True,        # (per agent allowed)
+    "entropy_loss_scale": 0.01,           # (per agent allowed)
+    "value_loss_scale": 1.0,              # (per agent allowed)
     "kl_threshold": 0.0,                  # stop the epochs early past this KL (0: never)
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
     "experiment": EXPERIMENT_DEFAULTS,
@@ -55,14 +56,18 @@ class MultiAgentPPO(MultiAgent):
     agents' losses. Steps where an agent is inactive (it left the episode) are left out of
     every loss and statistic.
 
-    Observation and state preprocessors (e.g. :class:`RunningStandardScaler`) are held fixed
-    while a rollout is collected and optimised, and take in the rollout's statistics at the
-    end of each update: the inputs the update sees are exactly those the stored log-probs and
-    values were computed from, so the first epoch starts at probability ratio 1.
+    Everything the update compares is in the units the rollout was collected in: the
+    observation and state preprocessors and the value normaliser are held fixed while a
+    rollout is collected and optimised, and take in the rollout's statistics (active steps
+    only) at the end of each update. The first epoch therefore starts at probability ratio 1,
+    with the critic's predictions equal to the stored old values.
     """
 
     DEFAULT_CONFIG = PPO_DEFAULT_CONFIG
     ROLES = ("policy", "value")
+    PER_AGENT_KEYS = frozenset({"discount_factor", "gae_lambda", "learning_rate", "grad_norm_clip", "ratio_clip",
+                                "value_clip", "clip_predicted_values", "entropy_loss_scale", "value_loss_scale",
+                                "time_limit_bootstrap"})
     USES_STATE = False
 
     def __init__(self, **kwargs: Any) -> None:
@@ -70,19 +75,18 @@ class MultiAgentPPO(MultiAgent):
         if self.USES_STATE and self.state_spaces is None:
             raise ValueError(f"{type(self).__name__} needs `state_spaces` (the global state of env.state_spaces)")
         self._check_groups()
-        self.schedulers: Dict[int, Any] = {}
-        self.observation_preprocessors: Dict[int, Optional[nn.Module]] = {}
-        self.state_preprocessors: Dict[int, Optional[nn.Module]] = {}
-        self.value_preprocessors: Dict[int, Optional[nn.Module]] = {}
         for group in self.groups:
             policy, value = group.models["policy"], group.models["value"]
-            self._make_optimizer(policy, group)
-            self._make_optimizer(value, group)
             uid = group.uids[0]
-            self._make_preprocessor(self.observation_preprocessors, "observation_preprocessor", policy,
-                                    flat_size(self.observation_spaces[uid]))
-            self._make_preprocessor(self.state_preprocessors, "state_preprocessor", value, self.critic_input_size(uid))
-            self._make_preprocessor(self.value_preprocessors, "value_preprocessor", value, 1)
+            group.trained["policy"] = policy_record = self.add_trained_model(policy, "policy")
+            group.trained["value"] = value_record = self.add_trained_model(value, "value")
+            if policy_record.input_preprocessor is None:
+                policy_record.input_preprocessor = self._make_preprocessor("observation_preprocessor",
+                                                                           flat_size(self.observation_spaces[uid]))
+            if value_record.input_preprocessor is None:
+                value_record.input_preprocessor = self._make_preprocessor("state_preprocessor",
+                                                                          self.critic_input_size(uid))
+                value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1)
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
         self._has_action_mask = False
@@ -118,37 +122,23 @@ class MultiAgentPPO(MultiAgent):
         """Extra words for a critic-size error (which option shapes the critic)."""
         return ""
 
-    def _owner_groups(self, model: nn.Module) -> List[AgentGroup]:
-        return [group for group in self.groups if any(m is model for m in group.models.values())]
-
-    def _model_value(self, key: str, model: nn.Module) -> Any:
-        values = {repr(self.group_value(key, group)): self.group_value(key, group) for group in self._owner_groups(model)}
-        if len(values) > 1:
-            raise ValueError(f"cfg[{key!r}] differs among agents that share {self.model_name(model)}: {list(values)}")
-        return next(iter(values.values()))
-
-    def _make_optimizer(self, model: nn.Module, group: AgentGroup) -> None:
-        if id(model) in self.optimizers:
-            return
-        name = self.model_name(model)
-        optimizer = self.make_optimizer(model, self._model_value("learning_rate", model))
-        self.checkpoint_modules[name] = model
-        self.checkpoint_modules[f"optimizer:{name}"] = optimizer
-        scheduler_class = self.cfg["learning_rate_scheduler"]
-        if scheduler_class is not None:
-            scheduler = scheduler_class(optimizer, **self.cfg["learning_rate_scheduler_kwargs"])
-            self.schedulers[id(model)] = scheduler
-            self.checkpoint_modules[f"scheduler:{name}"] = scheduler
-
-    def _make_preprocessor(self, table: Dict[int, Optional[nn.Module]], key: str, model: nn.Module, size: int) -> None:
-        if id(model) in table:
-            return
+    def _make_preprocessor(self, key: str, size: int) -> Optional[nn.Module]:
         preprocessor_class = self.cfg[key]
-        table[id(model)] = None
-        if preprocessor_class is not None:
-            preprocessor = preprocessor_class(size, **self.cfg[f"{key}_kwargs"]).to(self.device)
-            table[id(model)] = preprocessor
-            self.checkpoint_modules[f"{key}:{self.model_name(model)}"] = preprocessor
+        if preprocessor_class is None:
+            return None
+        return preprocessor_class(size, **self.cfg[f"{key}_kwargs"]).to(self.device)
+
+    def observation_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
+        """The preprocessor of the group's policy inputs (None if not configured)."""
+        return group.trained["policy"].input_preprocessor
+
+    def state_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
+        """The preprocessor of the group's critic inputs (None if not configured)."""
+        return group.trained["value"].input_preprocessor
+
+    def value_normaliser(self, group: AgentGroup) -> Optional[nn.Module]:
+        """The value normaliser of the group's critic (None if not configured)."""
+        return group.trained["value"].value_normaliser
 
     def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
         """Create the experiment folder and each group's rollout tensors."""
@@ -160,54 +150,64 @@ class MultiAgentPPO(MultiAgent):
             if self.USES_STATE:
                 memory.create_tensor("states", (flat_size(self.state_spaces[uid]),))
             memory.create_tensor("actions", (size, action_size(self.action_spaces[uid])), dtype=action_dtype)
-            for name in ("rewards", "log_prob", "values", "final_values", "returns", "advantages"):
+            for name in ("rewards", "log_prob", "values", "final_values", "returns", "advantages", "value_targets",
+                         "old_values"):
                 memory.create_tensor(name, (size, 1))
             for name in ("terminated", "truncated", "active"):
                 memory.create_tensor(name, (size, 1), dtype=torch.bool)
 
     # ----------------------------------------------------------------------------- inputs
-    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                       train: bool = False) -> torch.Tensor:
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """The critic's output ``(batch, group size, 1)``, in its own (normalised) units.
 
-        ``observations`` is ``(batch, group size, obs)`` and ``states`` ``(batch, state)``;
-        ``train`` updates the critic-input preprocessor's statistics. This is where the
-        algorithms differ: what the critic reads and how its outputs map to the agents.
+        ``observations`` is ``(batch, group size, obs)`` and ``states`` ``(batch, state)``. This is
+        where the algorithms differ: what the critic reads and how its outputs map to the agents.
         """
         raise NotImplementedError
 
-    def _preprocess_states(self, group: AgentGroup, inputs: torch.Tensor, train: bool) -> torch.Tensor:
-        preprocessor = self.state_preprocessors[id(group.models["value"])]
-        return inputs if preprocessor is None else preprocessor(inputs, train=train)
+    def critic_input_rows(self, record: TrainedModel) -> torch.Tensor:
+        """The stored critic inputs of the rollout that the state preprocessor of ``record`` takes in:
+        one row per input the critic read (inactive agents' rows left out).
+        """
+        raise NotImplementedError
 
-    def _policy_inputs(self, group: AgentGroup, observations: torch.Tensor, train: bool) -> torch.Tensor:
-        preprocessor = self.observation_preprocessors[id(group.models["policy"])]
+    def _preprocess_states(self, group: AgentGroup, inputs: torch.Tensor) -> torch.Tensor:
+        preprocessor = self.state_preprocessor(group)
+        return inputs if preprocessor is None else preprocessor(inputs)
+
+    def _policy_inputs(self, group: AgentGroup, observations: torch.Tensor) -> torch.Tensor:
+        preprocessor = self.observation_preprocessor(group)
         flat = observations.flatten(0, 1)
-        return flat if preprocessor is None else preprocessor(flat, train=train)
+        return flat if preprocessor is None else preprocessor(flat)
 
-    def _values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                train: bool = False) -> torch.Tensor:
+    def _values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """Values ``(batch, group, 1)`` in return units (value normalisation undone)."""
-        predicted = self.predict_values(group, observations, states, train)
-        normaliser = self.value_preprocessors[id(group.models["value"])]
+        predicted = self.predict_values(group, observations, states)
+        normaliser = self.value_normaliser(group)
         return predicted if normaliser is None else normaliser(predicted, inverse=True)
 
     # ----------------------------------------------------------------------------- hooks
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
             timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
-        """Sample actions per group (greedy ``mean_actions`` in eval mode); one forward pass per group."""
+        """Sample actions per group (greedy ``mean_actions`` in eval mode); one forward pass per group.
+
+        Where the policy returns ``outputs["sampled_actions"]`` (a sample it changed before
+        returning it, e.g. clipped into the action space), that sample is what is stored: it is
+        what the log-probability belongs to.
+        """
         infos = infos or {}
         masks = infos.get("action_mask")
         actions: Dict[str, torch.Tensor] = {}
         for group in self.groups:
             obs = stack_agents(observations, group.uids)
-            inputs = {"observations": self._policy_inputs(group, obs, train=False)}
+            inputs = {"observations": self._policy_inputs(group, obs)}
             if masks is not None:
                 inputs["action_mask"] = stack_agents(masks, group.uids).flatten(0, 1)
             sampled, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
             chosen = sampled if self.training or self.stochastic_evaluation else outputs["mean_actions"]
             actions.update(unstack_agents(chosen.unflatten(0, obs.shape[:2]), group.uids))
             if self.training:
+                group.cache["actions"] = outputs.get("sampled_actions", sampled).unflatten(0, obs.shape[:2])
                 group.cache["log_prob"] = log_prob.unflatten(0, obs.shape[:2])
                 group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
                 if masks is not None:
@@ -223,20 +223,19 @@ class MultiAgentPPO(MultiAgent):
         if not self.training:
             return
         infos = infos or {}
-        bootstrap = self.cfg["time_limit_bootstrap"]
         with torch.no_grad():
             for group in self.groups:
                 obs = stack_agents(observations, group.uids)
                 self._check_batch(group, obs)
                 truncated_group = stack_agents(truncated, group.uids).bool()
                 final_values = torch.zeros_like(group.cache["log_prob"])
-                if bootstrap and truncated_group.any():
+                if group.cfg["time_limit_bootstrap"] and truncated_group.any():
                     final_obs = stack_agents(infos["final_observation"], group.uids)
                     final_values = torch.where(truncated_group,
                                                self._values(group, final_obs, infos.get("final_state")), 0.0)
                 samples = {
                     "observations": obs,
-                    "actions": stack_agents(actions, group.uids),
+                    "actions": group.cache["actions"],
                     "rewards": stack_agents(rewards, group.uids).float(),
                     "terminated": stack_agents(terminated, group.uids).bool(),
                     "truncated": truncated_group,
@@ -254,6 +253,27 @@ class MultiAgentPPO(MultiAgent):
                 group.memory.add_samples(**samples)
         self._next_observations, self._next_states = next_observations, next_states
 
+    def cut_episodes(self) -> None:
+        """Mark the last stored step of a rollout in progress as truncated, bootstrapped from the
+        observation that followed it: the episodes are cut there (the env will be reset), so the
+        advantage chain must neither run into the next episode nor treat the cut as terminal.
+        """
+        memory = self.groups[0].memory
+        if self._next_observations is None or memory.memory_index == 0:
+            return  # nothing stored since the last update
+        step = memory.memory_index - 1
+        with torch.no_grad():
+            for group in self.groups:
+                memory = group.memory
+                terminated = memory.get_tensor_by_name("terminated")[step]
+                truncated = memory.get_tensor_by_name("truncated")[step]
+                cut = ~(terminated | truncated)
+                next_obs = stack_agents(self._next_observations, group.uids)
+                values = self._values(group, next_obs, self._next_states)
+                final_values = memory.get_tensor_by_name("final_values")
+                final_values[step] = torch.where(cut, values, final_values[step])
+                truncated |= cut
+
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update once ``rollouts`` steps are stored (counted by the memory, not by the trainer's
         ``timestep``, so a rollout may span several ``train()`` calls), then write metrics and checkpoints.
@@ -270,69 +290,82 @@ class MultiAgentPPO(MultiAgent):
 
     # ----------------------------------------------------------------------------- update
     def compute_advantages(self) -> None:
-        """GAE over the rollout of every group; advantages normalised over the group's active steps."""
+        """GAE over the rollout of every group; advantages normalised over the group's active steps.
+
+        Also fixes, in the critic's (normalised) units of collection time, the targets and the
+        old values the value loss compares predictions with.
+        """
         with torch.no_grad():
             for group in self.groups:
                 memory = group.memory
                 next_obs = stack_agents(self._next_observations, group.uids)
+                values = memory.get_tensor_by_name("values")
                 advantages, returns = compute_gae(
-                    rewards=memory.get_tensor_by_name("rewards"), values=memory.get_tensor_by_name("values"),
+                    rewards=memory.get_tensor_by_name("rewards"), values=values,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),
                     final_values=memory.get_tensor_by_name("final_values"),
                     last_values=self._values(group, next_obs, self._next_states),
-                    discount_factor=self.cfg["discount_factor"], lambda_coefficient=self.cfg["lambda"])
+                    discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
                 active = memory.get_tensor_by_name("active")
                 mean = advantages[active].mean()
                 std = advantages[active].std() if active.sum() > 1 else torch.ones(())
                 memory.set_tensor_by_name("advantages", (advantages - mean) / (std + 1e-8))
                 memory.set_tensor_by_name("returns", returns)
-                normaliser = self.value_preprocessors[id(group.models["value"])]
-                if normaliser is not None:
-                    normaliser.update(returns[active].unsqueeze(-1))
+                normaliser = self.value_normaliser(group)
+                memory.set_tensor_by_name("value_targets", returns if normaliser is None else normaliser(returns))
+                memory.set_tensor_by_name("old_values", values if normaliser is None else normaliser(values, clip=False))
 
     def update_preprocessors(self) -> None:
-        """Fold the rollout's policy inputs and critic inputs into the preprocessors' running statistics."""
+        """Fold the rollout into the running statistics, active steps only: policy inputs into the
+        observation preprocessors, critic inputs into the state preprocessors, returns into the
+        value normalisers. Called once the update is done.
+        """
         with torch.no_grad():
-            for group in self.groups:
-                memory = group.memory
-                observations = memory.get_tensor_by_name("observations").flatten(0, 1)
-                states = memory.get_tensor_by_name("states").flatten(0, 1) if self.USES_STATE else None
-                self._policy_inputs(group, observations, train=True)
-                self.predict_values(group, observations, states, train=True)
+            for record in self.trained:
+                groups = [group for group in self.groups if group.trained.get(record.role) is record]
+                if record.role == "policy" and record.input_preprocessor is not None:
+                    record.input_preprocessor.update(torch.cat([self._active_rows(g, "observations") for g in groups]))
+                if record.role == "value":
+                    if record.input_preprocessor is not None:
+                        record.input_preprocessor.update(self.critic_input_rows(record))
+                    if record.value_normaliser is not None:
+                        record.value_normaliser.update(torch.cat([self._active_rows(g, "returns") for g in groups]))
+
+    @staticmethod
+    def _active_rows(group: AgentGroup, name: str) -> torch.Tensor:
+        """The rows of stored tensor ``name`` (with an agent axis) at the group's active steps."""
+        return group.memory.get_tensor_by_name(name)[group.memory.get_tensor_by_name("active").squeeze(-1)]
 
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""
-        names = ["observations", "actions", "log_prob", "values", "returns", "advantages", "active"]
+        names = ["observations", "actions", "log_prob", "old_values", "value_targets", "advantages", "active"]
         names += ["states"] if self.USES_STATE else []
         names += ["action_mask"] if self._has_action_mask else []
         batch = dict(zip(names, group.memory.sample_by_index(names, indexes)))
-        policy, value = group.models["policy"], group.models["value"]
+        cfg = group.cfg
         active = batch["active"].flatten(0, 1)
 
-        inputs = {"observations": self._policy_inputs(group, batch["observations"], train=False),
+        inputs = {"observations": self._policy_inputs(group, batch["observations"]),
                   "taken_actions": batch["actions"].flatten(0, 1)}
         if self._has_action_mask:
             inputs["action_mask"] = batch["action_mask"].flatten(0, 1)
-        _, log_prob, outputs = policy.act(inputs, role="policy")
+        _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
         log_ratio = log_prob - batch["log_prob"].flatten(0, 1)
         ratio = log_ratio.exp()
         advantages = batch["advantages"].flatten(0, 1)
-        clip = self.group_value("ratio_clip", group)
+        clip = cfg["ratio_clip"]
         surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
         policy_loss = -masked_mean(surrogate, active)
-        entropy_loss = -self.group_value("entropy_loss_scale", group) * masked_mean(outputs["entropy"], active)
+        entropy_loss = -cfg["entropy_loss_scale"] * masked_mean(outputs["entropy"], active)
 
         predicted = self.predict_values(group, batch["observations"], batch.get("states")).flatten(0, 1)
-        returns, old_values = batch["returns"].flatten(0, 1), batch["values"].flatten(0, 1)
-        normaliser = self.value_preprocessors[id(value)]
-        if normaliser is not None:
-            returns, old_values = normaliser(returns), normaliser(old_values)
-        value_error = (predicted - returns).square()
-        if self.cfg["clip_predicted_values"]:
-            limit = self.cfg["value_clip"]
+        targets, old_values = batch["value_targets"].flatten(0, 1), batch["old_values"].flatten(0, 1)
+        value_error = (predicted - targets).square()
+        if cfg["clip_predicted_values"]:
+            limit = cfg["value_clip"]
             clipped = old_values + (predicted - old_values).clamp(-limit, limit)
-            value_error = torch.max(value_error, (clipped - returns).square())
-        value_loss = self.group_value("value_loss_scale", group) * masked_mean(value_error, active)
+            value_error = torch.max(value_error, (clipped - targets).square())
+        value_loss = cfg["value_loss_scale"] * masked_mean(value_error, active)
 
         with torch.no_grad():
             kl = masked_mean(ratio - 1.0 - log_ratio, active)
@@ -345,23 +378,28 @@ class MultiAgentPPO(MultiAgent):
         1. advantages and returns by GAE, per group;
         2. for each epoch, for each shuffled minibatch: the clipped-surrogate, value and entropy
            losses, averaged over agents; one optimizer step per distinct model;
-        3. early stop past ``kl_threshold``; learning-rate schedule.
+        3. early stop past ``kl_threshold``; learning-rate schedule;
+        4. the preprocessors and value normalisers take in the rollout's statistics.
         """
         self.compute_advantages()
-        models = self.distinct_models()
+        epochs: List[Dict[str, float]] = []
         for _ in range(self.cfg["learning_epochs"]):
             epoch = []
             for indexes in self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"]):
                 losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
-                self.optimize(models, losses["policy"] + losses["value"] + losses["entropy"])
+                self.optimize(self.trained, losses["policy"] + losses["value"] + losses["entropy"])
                 epoch.append({key: value.detach() for key, value in losses.items()})
-            means = {key: torch.stack([losses[key] for losses in epoch]).mean().item() for key in epoch[0]}
-            if self.cfg["kl_threshold"] and means["kl"] > self.cfg["kl_threshold"]:
+            epochs.append({key: torch.stack([losses[key] for losses in epoch]).mean().item() for key in epoch[0]})
+            if self.cfg["kl_threshold"] and epochs[-1]["kl"] > self.cfg["kl_threshold"]:
                 break
         self.update_preprocessors()
-        for scheduler in self.schedulers.values():
-            scheduler.step(means["kl"]) if isinstance(scheduler, KLAdaptiveLR) else scheduler.step()
+        last_kl = epochs[-1]["kl"]
+        for record in self.trained:
+            if record.scheduler is not None:
+                record.scheduler.step(last_kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
+        means = {key: sum(epoch[key] for epoch in epochs) / len(epochs) for key in epochs[0]}
         for key, tag in (("policy", "Loss / policy"), ("value", "Loss / value"), ("entropy_value", "Policy / entropy"),
                          ("kl", "Policy / KL")):
             self.track_data(tag, means[key])
-        self.track_data("Learning rate", next(iter(self.optimizers.values())).param_groups[0]["lr"])
+        for record in self.trained:
+            self.track_data(f"Learning rate / {record.name}", record.learning_rate())

@@ -1,6 +1,6 @@
 """The interface every wrapped environment offers to algorithms and trainers."""
 
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gymnasium
 import torch
@@ -21,11 +21,20 @@ class MultiAgentEnv:
 
     Copies reset themselves when their episode ends, so the observation returned for an
     ended copy is already the first one of its next episode.
+
+    Attributes:
+        possible_agents: every agent id, in column order.
+        num_envs: number of copies.
+        device: where the returned tensors live.
+        seed: the run's seed (None: unseeded).
+        copy_seeds: the seed each copy was last reset with (None entries where unseeded).
     """
 
     possible_agents: List[str]
     num_envs: int
     device: torch.device
+    seed: Optional[int] = None
+    copy_seeds: List[Optional[int]] = []
 
     @property
     def num_agents(self) -> int:
@@ -60,9 +69,17 @@ class MultiAgentEnv:
         """The global state space, once per agent id (the input space of centralised critics)."""
         return {uid: self.state_space for uid in self.possible_agents}
 
-    def reset(self) -> Tuple[Mapping[str, torch.Tensor], Dict[str, Any]]:
-        """Reset every copy; returns ``(observations, infos)``."""
+    def reset(self, seed: Optional[int] = None) -> Tuple[Mapping[str, torch.Tensor], Dict[str, Any]]:
+        """Reset every copy; returns ``(observations, infos)``. With ``seed``, the copies are seeded anew
+        from it (the same seed gives the same episodes); without, the first reset uses the env's own seed.
+        """
         raise NotImplementedError
+
+    def make_evaluation_env(self, num_envs: int) -> Optional["MultiAgentEnv"]:
+        """Separate copies of the same env for evaluation, seeded apart from these; None where none can
+        be made (the trainer then evaluates on this env and cuts the training episodes).
+        """
+        return None
 
     def step(self, actions: Mapping[str, torch.Tensor]) -> Tuple[Any, Any, Any, Any, Dict[str, Any]]:
         """Step every copy; returns ``(observations, rewards, terminated, truncated, infos)``."""

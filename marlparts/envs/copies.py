@@ -34,9 +34,9 @@ def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
         "reward": (num_envs, n), "terminated": (num_envs, n), "truncated": (num_envs, n),
         "active": (num_envs, n), "episode_end": (num_envs, 1), "action": (num_envs, layout.actions.total),
     }
+    shapes["final_state"] = (num_envs, layout.state_size)
     if layout.state_from_env:
         shapes["state"] = (num_envs, layout.state_size)
-        shapes["final_state"] = (num_envs, layout.state_size)
     if layout.has_masks:
         shapes["mask"] = (num_envs, layout.masks.total)
     return shapes
@@ -80,11 +80,11 @@ class CopyBlock:
         self.action_columns = {uid: layout.actions.columns(uid) for uid in layout.possible_agents}
         self.mask_columns = {uid: layout.masks.columns(uid) for uid in layout.possible_agents} if layout.has_masks else {}
 
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset every copy; copy ``row`` gets ``seed + row`` when a seed is given."""
+    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
+        """Reset every copy; copy ``row`` gets ``seeds[row]`` when seeds are given."""
         for env, row in zip(self.envs, self.rows):
             try:
-                obs, infos = env.reset(seed=None if seed is None else seed + row)
+                obs, infos = env.reset(seed=None if seeds is None else seeds[row])
             except Exception as error:
                 raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
             self._clear_step_flags(row)
@@ -114,9 +114,8 @@ class CopyBlock:
                     if not terminated.get(uid, False):
                         ended.append(uid)
             if not env.agents:
-                if "state" in self.b:
-                    self.b["final_state"][row] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
-                self._write_observations(env, row, obs, infos, ended=set(obs), with_state=False)
+                self._write_observations(env, row, obs, infos, ended=set(obs))
+                self._write_final_state(row)
                 self.b["episode_end"][row] = True
                 try:
                     obs, infos = env.reset()
@@ -125,6 +124,8 @@ class CopyBlock:
                 self._write_observations(env, row, obs, infos, ended=())
             else:
                 self._write_observations(env, row, obs, infos, ended=ended)
+                if ended:
+                    self._write_final_state(row)
 
     def render(self) -> Any:
         """Render the first copy of the block."""
@@ -150,9 +151,18 @@ class CopyBlock:
         self.b["truncated"][row] = False
         self.b["episode_end"][row] = False
         self.b["final_obs"][row] = 0.0
+        self.b["final_state"][row] = 0.0
 
-    def _write_observations(self, env: Any, row: int, obs: Dict[str, Any], infos: Dict[str, Any], ended: Any,
-                            with_state: bool = True) -> None:
+    def _write_final_state(self, row: int) -> None:
+        """The global state at the step where some agent's episode ended: the env's state after the
+        step, or every observation concatenated with the final ones of the agents that ended.
+        """
+        if "state" in self.b:
+            self.b["final_state"][row] = self.b["state"][row]
+        else:  # ended agents' observation columns are zero in "obs" and hold their final one in "final_obs"
+            np.add(self.b["obs"][row], self.b["final_obs"][row], out=self.b["final_state"][row])
+
+    def _write_observations(self, env: Any, row: int, obs: Dict[str, Any], infos: Dict[str, Any], ended: Any) -> None:
         """Write ``obs`` of ``row``: agents that ``ended`` go to the final-observation buffer.
 
         Agents absent from ``obs`` (they left the episode) keep zero observations.
@@ -172,7 +182,7 @@ class CopyBlock:
                 obs_row[columns] = 0.0
             else:
                 flatten_into(layout.observation_spaces[uid], value, obs_row[columns])
-        if with_state and "state" in self.b:
+        if "state" in self.b:
             self.b["state"][row] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
         if layout.has_masks:
             self._write_masks(row, obs, infos, live)
@@ -230,9 +240,9 @@ class InProcessCopies:
         self.buffers = allocate_buffers(layout, num_envs, shared=False)
         self.block = CopyBlock(envs, range(num_envs), layout, self.buffers)
 
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset every copy."""
-        self.block.reset(seed)
+    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
+        """Reset every copy (copy ``i`` with ``seeds[i]`` if given)."""
+        self.block.reset(seeds)
 
     def step(self) -> None:
         """Step every copy."""
@@ -291,9 +301,9 @@ class WorkerCopies:
             raise EnvCopyError("\n".join(errors))
         return results
 
-    def reset(self, seed: Optional[int]) -> None:
-        """Reset every copy."""
-        self._broadcast("reset", seed)
+    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
+        """Reset every copy (copy ``i`` with ``seeds[i]`` if given)."""
+        self._broadcast("reset", None if seeds is None else list(seeds))
 
     def step(self) -> None:
         """Step every copy, all workers at once."""

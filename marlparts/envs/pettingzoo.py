@@ -10,6 +10,7 @@ from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import InProcessCopies, WorkerCopies
 from marlparts.envs.layout import EnvLayout
 from marlparts.utils.agent_tensors import AgentTensors
+from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, copy_seeds
 
 
 class PettingZooParallelWrapper(MultiAgentEnv):
@@ -21,7 +22,10 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         num_envs: number of copies stepped together.
         workers: 0 to step the copies in this process; ``k > 0`` to split them over ``k``
             worker processes that step in parallel and write into shared memory.
-        seed: copy ``i`` is reset with ``seed + i`` on the first :meth:`reset`.
+        seed: the run's seed: copy ``i`` is reset, on the first :meth:`reset`, with the ``i``-th seed of
+            its own stream (:func:`~marlparts.utils.seeding.copy_seeds`), so the copies of one run,
+            and of runs with other seeds, never share an episode stream.
+        seed_stream: which stream of ``seed`` the copies draw from (0: training, 1: evaluation copies).
         device: where the returned tensors live.
         state_source: ``"auto"`` (``env.state()`` where the env has it, else all observations
             concatenated in ``possible_agents`` order), ``"env"`` or ``"observations"``.
@@ -30,7 +34,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
 
     def __init__(self, env: Union[Callable[[], Any], Any], *, num_envs: int = 1, workers: int = 0,
                  seed: Optional[int] = None, device: Union[str, torch.device] = "cpu",
-                 state_source: str = "auto", check_finite: bool = True) -> None:
+                 state_source: str = "auto", check_finite: bool = True, seed_stream: int = TRAINING_STREAM) -> None:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if not isinstance(workers, int) or workers < 0:
@@ -47,11 +51,15 @@ class PettingZooParallelWrapper(MultiAgentEnv):
                             "simultaneously with pettingzoo.utils.conversions.aec_to_parallel")
         _, reset_infos = probe.reset(seed=seed)
         self.layout = EnvLayout(probe, reset_infos, state_source=state_source)
+        self._factory = env if is_factory else None
+        self._options = {"device": device, "state_source": state_source, "check_finite": check_finite}
         self.possible_agents = list(self.layout.possible_agents)
         self._agent_ids = frozenset(self.possible_agents)
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.seed = seed
+        self.seed_stream = seed_stream
+        self.copy_seeds = copy_seeds(seed, num_envs, seed_stream)
         self.check_finite = check_finite
         self._steps = 0
         if workers > 0:
@@ -79,14 +87,30 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         """Space of :meth:`state`: the env's own state space, or the concatenated observations."""
         return self.layout.state_space
 
-    def reset(self) -> Tuple[AgentTensors, Dict[str, Any]]:
-        """Reset every copy (seeded on the first call) and return ``(observations, infos)``."""
-        self.copies.reset(self.seed if not self._reset_done else None)
+    def reset(self, seed: Optional[int] = None) -> Tuple[AgentTensors, Dict[str, Any]]:
+        """Reset every copy and return ``(observations, infos)``.
+
+        The first reset seeds the copies from the wrapper's ``seed``; later ones continue each
+        copy's random stream, unless ``seed`` is given: then the copies are seeded anew from its
+        streams (the same ``seed`` gives the same episodes, as evaluation wants).
+        """
+        if seed is not None:
+            self.copy_seeds = copy_seeds(seed, self.num_envs, self.seed_stream)
+        self.copies.reset(self.copy_seeds if seed is not None or not self._reset_done else None)
         self._reset_done = True
         self._steps = 0
         self._check_finite(("obs",))
         observations, infos = self._observations_and_infos()
         return observations, infos
+
+    def make_evaluation_env(self, num_envs: int) -> Optional["PettingZooParallelWrapper"]:
+        """``num_envs`` new copies of the same env, in this process, seeded from the evaluation stream of
+        this wrapper's seed; None when the wrapper was given an env instance instead of a factory.
+        """
+        if self._factory is None:
+            return None
+        return PettingZooParallelWrapper(self._factory, num_envs=num_envs, seed=self.seed,
+                                         seed_stream=EVALUATION_STREAM, **self._options)
 
     def step(self, actions: Mapping[str, torch.Tensor]) -> Tuple[Any, Any, Any, Any, Dict[str, Any]]:
         """Apply one action per agent per copy; see :class:`MultiAgentEnv` for what comes back."""
@@ -128,12 +152,12 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             "episode_end": self._tensor(b["episode_end"]),
             "final_observation": AgentTensors(self._tensor(final_obs), layout.observations),
         }
-        infos["final_state"] = self._tensor(b["final_state"]) if layout.state_from_env else infos["final_observation"].data
+        infos["final_state"] = self._tensor(b["final_state"])
         if layout.has_masks:
             infos["action_mask"] = AgentTensors(self._tensor(b["mask"]), layout.masks)
         return AgentTensors(self._tensor(b["obs"]), layout.observations), infos
 
-    def _write_actions(self, actions: Mapping[str, torch.Tensor]) -> None:
+    def _write_actions(self, actions: Mapping[str, Any]) -> None:
         if not isinstance(actions, Mapping):
             raise TypeError(f"step() takes a mapping agent id -> action tensor, got {type(actions).__name__}")
         unknown = [uid for uid in actions if uid not in self._agent_ids]
@@ -143,12 +167,39 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         for uid in self.possible_agents:
             if uid not in actions:
                 raise KeyError(f"no action for agent {uid!r}: step() needs one action tensor per possible agent")
-            action = actions[uid]
+            space = self.layout.action_spaces[uid]
+            action = self._action_array(uid, actions[uid], space)
             expected = (self.num_envs, layout.widths[layout.index(uid)])
-            if tuple(action.shape) != expected:
-                raise ValueError(f"action for agent {uid!r} has shape {tuple(action.shape)}, expected {expected} "
-                                 f"for action space {self.layout.action_spaces[uid]}")
-            buffer[:, layout.columns(uid)] = action.detach().cpu().numpy()
+            if action.shape != expected:
+                raise ValueError(f"action for agent {uid!r} has shape {action.shape}, expected {expected} "
+                                 f"for action space {space}")
+            if isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete)):
+                low = space.start if isinstance(space, gymnasium.spaces.Discrete) else np.zeros_like(space.nvec).ravel()
+                high = low + (space.n if isinstance(space, gymnasium.spaces.Discrete) else space.nvec.ravel())
+                outside = (action < low) | (action >= high)
+                if outside.any():
+                    row, column = (int(i[0]) for i in np.nonzero(outside))
+                    raise ValueError(f"action for agent {uid!r} in env copy {row} is {action[row, column]}, outside "
+                                     f"its action space {space}")
+            buffer[:, layout.columns(uid)] = action
+
+    @staticmethod
+    def _action_array(uid: str, action: Any, space: gymnasium.Space) -> np.ndarray:
+        """``action`` (a tensor or NumPy array) as a NumPy array, with a clear error for other types or
+        for floats given to an integer (``Discrete``, ``MultiDiscrete``) space.
+        """
+        if isinstance(action, torch.Tensor):
+            array = action.detach().cpu().numpy()
+        elif isinstance(action, np.ndarray):
+            array = action
+        else:
+            raise TypeError(f"action for agent {uid!r} is a {type(action).__name__}; step() takes a torch tensor (or "
+                            f"NumPy array) of shape (num_envs, columns) per agent")
+        integer_space = isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete))
+        if integer_space and not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"action for agent {uid!r} has dtype {str(action.dtype).replace('torch.', '')}, but its "
+                            f"action space {space} takes integers (e.g. torch.long)")
+        return array
 
     def _check_finite(self, names: Tuple[str, ...]) -> None:
         if not self.check_finite:

@@ -1,12 +1,11 @@
 """Preallocated storage of named tensors indexed by (step, env copy)."""
 
-import os
-import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import gymnasium
 import torch
 
+from marlparts.utils.files import save_atomically
 from marlparts.utils.spaces import flat_size
 
 Size = Union[int, Tuple[int, ...], gymnasium.Space]
@@ -113,24 +112,27 @@ class Memory:
         """Tensors and write position, for saving."""
         return {"tensors": dict(self.tensors), "memory_index": self.memory_index, "filled": self.filled}
 
+    def check_state(self, state: dict, what: str = "memory") -> None:
+        """Raise ``ValueError`` naming ``what`` and the tensor if ``state`` does not fit this memory
+        (other ``memory_size`` or ``num_envs``, or a tensor of another size); changes nothing.
+        """
+        for name, tensor in state["tensors"].items():
+            expected = (self.memory_size, self.num_envs) + (tuple(self.tensors[name].shape[2:]) if name in self.tensors
+                                                            else tuple(tensor.shape[2:]))
+            if tuple(tensor.shape) != expected:
+                raise ValueError(f"the checkpoint does not fit {what}: tensor {name!r} has shape {tuple(tensor.shape)} "
+                                 f"in the checkpoint but {expected} here")
+
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned."""
+        self.check_state(state)
         self.tensors = {name: tensor.to(self.device) for name, tensor in state["tensors"].items()}
         self.memory_index = int(state["memory_index"])
         self.filled = bool(state["filled"])
 
     def save(self, path: str) -> None:
         """Write the memory to ``path`` atomically (temporary file, then rename)."""
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
-        os.close(handle)
-        try:
-            torch.save(self.state_dict(), temporary)
-            os.replace(temporary, path)
-        finally:
-            if os.path.exists(temporary):
-                os.remove(temporary)
+        save_atomically(self.state_dict(), path)
 
     def load(self, path: str) -> None:
         """Read a memory written by :meth:`save` (tensors only: no code is run)."""

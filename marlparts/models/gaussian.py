@@ -11,8 +11,12 @@ class GaussianMixin:
 
     The log standard deviation comes from ``extras["log_std"]`` if ``compute`` returns one,
     else from a ``log_std`` parameter the model defines. It is clamped to
-    ``[min_log_std, max_log_std]``. Sampled actions are clipped to the action space when
-    ``clip_actions`` is set (the log-probability is that of the unclipped sample).
+    ``[min_log_std, max_log_std]``.
+
+    With ``clip_actions`` set, the returned actions (and ``mean_actions``) are clipped into the
+    action space; the log-probability is that of the unclipped sample, which ``outputs``
+    carries as ``"sampled_actions"``: an algorithm that re-evaluates stored actions later
+    (PPO) stores that sample, so the probability ratio of the first update is exactly 1.
     """
 
     min_log_std: float = -20.0
@@ -30,12 +34,14 @@ class GaussianMixin:
         taken = inputs.get("taken_actions")
         actions = distribution.rsample() if taken is None else taken
         log_prob = distribution.log_prob(actions).sum(dim=-1, keepdim=True)
+        outputs = dict(outputs)
+        outputs["mean_actions"] = mean
         if taken is None and self.clip_actions:
             low = torch.as_tensor(self.action_space.low, device=mean.device, dtype=mean.dtype)
             high = torch.as_tensor(self.action_space.high, device=mean.device, dtype=mean.dtype)
+            outputs["sampled_actions"] = actions
             actions = torch.clamp(actions, low, high)
-        outputs = dict(outputs)
-        outputs["mean_actions"] = mean
+            outputs["mean_actions"] = torch.clamp(mean, low, high)
         outputs["log_std"] = log_std
         outputs["entropy"] = distribution.entropy().sum(dim=-1, keepdim=True)
         return actions, log_prob, outputs

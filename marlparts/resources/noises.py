@@ -1,6 +1,6 @@
 """Exploration noises for deterministic continuous policies, with a linear decay schedule."""
 
-from typing import Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
 
@@ -17,6 +17,13 @@ class Noise:
 
     def reset(self, mask: Optional[torch.Tensor] = None) -> None:
         """Forget internal state (where ``mask`` is true, if given); stateless noises ignore it."""
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The noise's internal state, for checkpoints (empty for stateless noises)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
 
 
 class GaussianNoise(Noise):
@@ -40,7 +47,8 @@ class OrnsteinUhlenbeckNoise(Noise):
     """Temporally correlated noise: ``x += theta * (mean - x) + sigma * N(0, 1)``, scaled by ``base_scale``.
 
     The state has the shape of the first sample; ``reset(mask)`` restarts it where ``mask`` is
-    true (for example the env copies whose episode ended).
+    true, ``mask`` indexing the state's leading dimensions (for example ``(env copies, agents)``
+    of a ``(env copies, agents, action)`` state, true for the copies whose episode ended).
 
     Args:
         theta: pull towards the mean.
@@ -69,9 +77,21 @@ class OrnsteinUhlenbeckNoise(Noise):
             return
         if mask is None:
             self.state = None
-        else:
-            rows = mask.reshape(-1).bool()
-            self.state[rows] = self.mean
+            return
+        mask = mask.to(self.state.device).bool()
+        if tuple(mask.shape) != tuple(self.state.shape[:mask.dim()]):
+            raise ValueError(f"reset mask of shape {tuple(mask.shape)} does not index the leading dimensions of the "
+                             f"noise state {tuple(self.state.shape)}")
+        self.state[mask] = self.mean
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The process's current value (None before the first sample)."""
+        return {"state": self.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the process's value."""
+        value = state["state"]
+        self.state = None if value is None else value.to(self.device)
 
 
 def linear_scale(timestep: int, *, initial_scale: float, final_scale: float, timesteps: Optional[int]) -> float:

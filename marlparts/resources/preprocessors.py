@@ -54,8 +54,11 @@ class RunningStandardScaler(nn.Module):
         super()._load_from_state_dict(*args, **kwargs)
         self._cached = None
 
-    def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False) -> torch.Tensor:
-        """Standardise ``x`` (after updating the statistics with it if ``train``), or undo it if ``inverse``."""
+    def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False, clip: bool = True) -> torch.Tensor:
+        """Standardise ``x`` (after updating the statistics with it if ``train``), or undo it if ``inverse``.
+
+        Standardised values are clipped to ``±clip_threshold`` unless ``clip`` is False.
+        """
         if x.shape[-1] != self.running_mean.shape[0]:
             raise ValueError(f"RunningStandardScaler of size {self.running_mean.shape[0]} got input of shape "
                              f"{tuple(x.shape)}")
@@ -66,4 +69,5 @@ class RunningStandardScaler(nn.Module):
         _, mean, std = self._cached
         if inverse:
             return x * std + mean
-        return ((x - mean) / std).clamp(-self.clip_threshold, self.clip_threshold)
+        standardised = (x - mean) / std
+        return standardised.clamp(-self.clip_threshold, self.clip_threshold) if clip else standardised

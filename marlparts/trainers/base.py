@@ -1,12 +1,24 @@
-"""What every trainer shares: the agents it drives and per-episode statistics."""
+"""What every trainer shares: the agents it drives, their teams, and per-episode statistics."""
 
-from typing import Any, Dict, List, Mapping, Sequence, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Union
 
 import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.utils.agent_tensors import stack_agents
+from marlparts.utils.config import merge_config
+
+
+class EpisodeEnds(NamedTuple):
+    """The episodes that ended at one step: ``copies`` ``(num_envs,)`` bool, the copies whose episode
+    ended; ``returns`` ``(ended, num_agents)``, each ended episode's return per agent; ``lengths``
+    ``(ended,)``, each ended episode's number of steps.
+    """
+
+    copies: torch.Tensor
+    returns: torch.Tensor
+    lengths: torch.Tensor
 
 
 class EpisodeStatistics:
@@ -24,8 +36,8 @@ class EpisodeStatistics:
         self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
 
     def step(self, rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
-             truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> torch.Tensor:
-        """Add one step; return ``(finished episodes, num_agents)`` returns of the copies that just ended."""
+             truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> EpisodeEnds:
+        """Add one step; return the episodes of the copies that just ended."""
         self.returns += stack_agents(rewards, self.possible_agents).squeeze(-1).to(self.returns.dtype)
         self.lengths += 1
         ended = infos.get("episode_end") if infos else None
@@ -34,8 +46,8 @@ class EpisodeStatistics:
             ended = done.all(dim=1)
         ended = ended.reshape(-1).bool()
         if not ended.any():
-            return self.returns[:0]
-        finished = self.returns[ended].clone()
+            return EpisodeEnds(ended, self.returns[:0], self.lengths[:0])
+        finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone())
         self.returns[ended] = 0.0
         self.lengths[ended] = 0
         return finished
@@ -46,25 +58,45 @@ class EpisodeStatistics:
         self.lengths.zero_()
 
 
+def team_names(agents: Sequence[MultiAgent]) -> List[str]:
+    """One name per algorithm: its class name, numbered where two algorithms share a class."""
+    names = [type(agent).__name__ for agent in agents]
+    return [f"{name}_{i}" if names.count(name) > 1 else name for i, name in enumerate(names)]
+
+
 class Trainer:
     """Drives one or several algorithms on one environment.
+
+    When several algorithms each own a subset of the agents (teams), every return the trainer
+    shows or reports is per team: never one mean across opposing teams.
 
     Args:
         env: the wrapped environment.
         agents: one algorithm, or several that each own a disjoint subset of the agent ids.
         cfg: trainer options (see the subclass).
+        eval_env: the env copies :meth:`eval` runs on; by default the trainer makes them with
+            ``env.make_evaluation_env`` (separate copies, seeded apart from the training ones).
     """
 
     DEFAULT_CONFIG: Dict[str, Any] = {}
 
     def __init__(self, *, env: MultiAgentEnv, agents: Union[MultiAgent, Sequence[MultiAgent]],
-                 cfg: Mapping[str, Any] = None) -> None:
-        from marlparts.utils.config import merge_config
-
+                 cfg: Optional[Mapping[str, Any]] = None, eval_env: Optional[MultiAgentEnv] = None) -> None:
         self.env = env
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
-        owners: Dict[str, str] = {}
+        self._check_ownership()
+        self.teams = team_names(self.agents)
+        position = {uid: i for i, uid in enumerate(env.possible_agents)}
+        # each algorithm's agents as columns of (envs, all agents) tensors such as episode returns
+        self.agent_columns = [torch.as_tensor([position[uid] for uid in agent.possible_agents])
+                              for agent in self.agents]
+        self.eval_env = eval_env
+        if eval_env is not None and list(eval_env.possible_agents) != list(env.possible_agents):
+            raise ValueError(f"eval_env has agents {eval_env.possible_agents}, the training env {env.possible_agents}")
+
+    def _check_ownership(self) -> None:
+        env, owners, memories = self.env, {}, {}
         for agent in self.agents:
             for uid in agent.possible_agents:
                 if uid not in env.possible_agents:
@@ -73,13 +105,15 @@ class Trainer:
                 if uid in owners:
                     raise ValueError(f"agent id {uid!r} is controlled by two algorithms")
                 owners[uid] = type(agent).__name__
+            for group in agent.groups:
+                if group.memory is not None:
+                    other = memories.setdefault(id(group.memory), agent)
+                    if other is not agent:
+                        raise ValueError(f"{type(agent).__name__} and {type(other).__name__} were given the same Memory: "
+                                         "give each algorithm its own memories")
         uncontrolled = [uid for uid in env.possible_agents if uid not in owners]
         if uncontrolled:
             raise ValueError(f"no algorithm controls agent(s) {uncontrolled}")
-        position = {uid: i for i, uid in enumerate(env.possible_agents)}
-        # each algorithm's agents as columns of (envs, all agents) tensors such as episode returns
-        self.agent_columns = [torch.as_tensor([position[uid] for uid in agent.possible_agents])
-                              for agent in self.agents]
 
     def _act(self, observations: Any, states: Any, infos: Any, timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
         actions: Dict[str, torch.Tensor] = {}

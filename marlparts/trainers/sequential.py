@@ -1,17 +1,23 @@
 """A trainer that steps the environment and the algorithms one after another in one process."""
 
+import collections
+import os
 import time
-from typing import Any, Dict, List
+from typing import Any, Deque, Dict, List, Optional, Tuple
 
-import torch
 import tqdm
 
+from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import EpisodeStatistics, Trainer
+from marlparts.trainers.evaluation import collect_episodes, summarise
+from marlparts.utils.files import write_json_atomically
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
-    "timesteps": 100_000,          # vectorized steps to train for (each steps every env copy)
+    "timesteps": 100_000,          # vectorized steps per train() call (each steps every env copy)
     "disable_progressbar": False,  # hide the progress bar
+    "eval_interval": 0,            # vectorized steps between evaluations during train() (0: none)
     "eval_episodes": 100,          # episodes that eval() collects
+    "eval_num_envs": None,         # evaluation env copies (None: as many as the training env has)
     "stochastic_evaluation": False,  # eval() samples actions instead of taking the greedy ones
     "close_environment_at_exit": False,
 }
@@ -20,90 +26,141 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
 class SequentialTrainer(Trainer):
     """The loop: act, ``env.step``, ``record_transition``, ``post_interaction``.
 
+    Several ``train()`` calls continue one run: the env copies keep their episodes (no reset
+    between calls), and every algorithm's step counter, experiment folder and checkpoints go
+    on. ``eval()`` runs on its own env copies (made with ``env.make_evaluation_env``, seeded
+    apart from the training copies and the same at every evaluation), so evaluating between
+    or during ``train()`` calls never cuts a training episode. Where no separate copies can be
+    made it evaluates on the training env and the episodes in progress are cut: the last
+    stored step counts as truncated and bootstraps from the observation that followed it.
+
+    With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps: each
+    algorithm logs the result under ``Evaluation / ...`` and keeps ``best_agent.pt`` for its
+    best evaluation return. Every evaluation writes its report to ``evaluation.json`` in each
+    algorithm's experiment folder.
+
     The progress bar shows env steps per second (env copies × steps) and the mean return
-    over agents of recently finished episodes; the same returns go to each algorithm's
-    tracker. The trainer holds no algorithm logic.
+    over agents of recently finished episodes, per team when several algorithms share the env.
     """
 
     DEFAULT_CONFIG = SEQUENTIAL_TRAINER_DEFAULT_CONFIG
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        env = self.env
+        self.statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
+        # the training env's (observations, states, infos) between steps and train() calls; None: reset first
+        self._training_state: Optional[Tuple[Any, Any, Any]] = None
+
     def train(self) -> None:
         """Train for ``cfg["timesteps"]`` vectorized steps; metrics are flushed even if a step fails."""
-        env, timesteps = self.env, int(self.cfg["timesteps"])
+        env, steps = self.env, int(self.cfg["timesteps"])
         for agent in self.agents:
             agent.init(self.cfg)
             agent.set_mode("train")
-        statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
-        observations, infos = env.reset()
-        states = env.state()
-        recent: List[float] = []
-        start = time.perf_counter()
-        bar = tqdm.tqdm(range(timesteps), disable=self.cfg["disable_progressbar"], unit="step", smoothing=0.1)
+        start = max(agent.timestep for agent in self.agents)
+        end = start + steps
+        eval_interval = int(self.cfg["eval_interval"])
+        recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
+        began = time.perf_counter()
+        bar = tqdm.tqdm(total=steps, disable=self.cfg["disable_progressbar"], unit="step", smoothing=0.1)
         try:
-            for timestep in bar:
+            for timestep in range(start, end):
+                if self._training_state is None:
+                    observations, infos = env.reset()
+                    self._training_state = (observations, env.state(), infos)
+                    self.statistics.reset()
+                observations, states, infos = self._training_state
                 for agent in self.agents:
-                    agent.pre_interaction(timestep, timesteps)
-                actions = self._act(observations, states, infos, timestep, timesteps)
+                    agent.pre_interaction(timestep, end)
+                actions = self._act(observations, states, infos, timestep, end)
                 next_observations, rewards, terminated, truncated, next_infos = env.step(actions)
                 next_states = env.state()
                 for agent in self.agents:
                     agent.record_transition(observations=observations, states=states, actions=actions,
                                             rewards=rewards, next_observations=next_observations,
                                             next_states=next_states, terminated=terminated, truncated=truncated,
-                                            infos=next_infos, timestep=timestep, timesteps=timesteps)
-                finished = statistics.step(rewards, terminated, truncated, next_infos)
-                if finished.shape[0]:
-                    self._track_returns(finished)
-                    recent = (recent + finished.mean(dim=1).tolist())[-100:]
+                                            infos=next_infos, timestep=timestep, timesteps=end)
+                self._training_state = (next_observations, next_states, next_infos)
+                ends = self.statistics.step(rewards, terminated, truncated, next_infos)
+                if ends.returns.shape[0]:
+                    for agent, columns, team in zip(self.agents, self.agent_columns, recent):
+                        team_returns = ends.returns[:, columns]
+                        agent.track_episode_returns(team_returns)
+                        team.extend(team_returns.mean(dim=1).tolist())
                 for agent in self.agents:
-                    agent.post_interaction(timestep, timesteps)
-                observations, states, infos = next_observations, next_states, next_infos
-                if timestep % 200 == 0 and recent:
-                    rate = (timestep + 1) * env.num_envs / (time.perf_counter() - start)
-                    bar.set_postfix(env_steps_per_s=f"{rate:.0f}", mean_return=f"{sum(recent) / len(recent):.2f}")
+                    agent.post_interaction(timestep, end)
+                if eval_interval and (timestep + 1) % eval_interval == 0:
+                    self._evaluate_during_training()
+                bar.update(1)
+                if (timestep - start) % 200 == 0 and all(recent):
+                    self._show_progress(bar, (timestep - start + 1) * env.num_envs / (time.perf_counter() - began), recent)
         finally:
             bar.close()
             for agent in self.agents:
                 if agent.tracker is not None:
                     agent.tracker.write(agent.timestep)
             if self.cfg["close_environment_at_exit"]:
-                env.close()
+                self._close_environments()
 
-    def _track_returns(self, finished: torch.Tensor) -> None:
-        for agent, columns in zip(self.agents, self.agent_columns):
-            agent.track_episode_returns(finished[:, columns])
+    def _show_progress(self, bar: tqdm.tqdm, rate: float, recent: List[Deque[float]]) -> None:
+        postfix = {"env_steps_per_s": f"{rate:.0f}"}
+        for team, returns in zip(self.teams, recent):
+            key = "mean_return" if len(self.teams) == 1 else f"return_{team}"
+            postfix[key] = f"{sum(returns) / len(returns):.2f}"
+        bar.set_postfix(postfix)
 
-    def eval(self, episodes: int = None) -> Dict[str, Any]:
-        """Run ``episodes`` fresh episodes (``cfg["eval_episodes"]`` by default), greedy unless
+    def _evaluate_during_training(self) -> None:
+        result = self.eval()
+        for agent, team in zip(self.agents, self.teams):
+            agent.record_evaluation(result["teams"][team])
+
+    def _evaluation_env(self) -> MultiAgentEnv:
+        if self.eval_env is None:
+            self.eval_env = self.env.make_evaluation_env(int(self.cfg["eval_num_envs"] or self.env.num_envs)) or self.env
+        if self.eval_env is self.env and self._training_state is not None:
+            # no separate copies: the training episodes in progress end here
+            for agent in self.agents:
+                agent.cut_episodes()
+            self._training_state = None
+        return self.eval_env
+
+    def eval(self, episodes: Optional[int] = None) -> Dict[str, Any]:
+        """Run ``episodes`` evaluation episodes (``cfg["eval_episodes"]`` by default), greedy unless
         ``cfg["stochastic_evaluation"]``; nothing is stored or learned.
 
+        Each evaluation env copy runs a fixed share of the episodes, all started after the
+        evaluation began, from the same seeds every time, so results are not biased toward short
+        episodes and evaluations at different times are comparable.
+
         Returns:
-            A dict: ``"mean_return"`` (mean over episodes and agents), ``"returns"`` (agent id to
-            its mean) and ``"episodes"`` (the number collected).
+            A dict: ``"episodes"``, ``"timestep"``, ``"mean_length"``, ``"returns"`` (agent id to its
+            mean return) and ``"teams"`` (team name to its ``"mean_return"``, ``"std_return"``,
+            ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class). With a
+            single algorithm, its ``"mean_return"`` and ``"std_return"`` are at the top level too.
+            The dict is also written to ``evaluation.json`` in each algorithm's experiment folder.
         """
-        env = self.env
+        env = self._evaluation_env()
         episodes = int(episodes or self.cfg["eval_episodes"])
+        timestep = max(agent.timestep for agent in self.agents)
         for agent in self.agents:
             agent.set_mode("eval")
             agent.stochastic_evaluation = bool(self.cfg["stochastic_evaluation"])
-        statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
-        observations, infos = env.reset()
-        states = env.state()
-        collected: List[torch.Tensor] = []
-        count = 0
         try:
-            while count < episodes:
-                actions = self._act(observations, states, infos, 0, 0)
-                observations, rewards, terminated, truncated, infos = env.step(actions)
-                states = env.state()
-                finished = statistics.step(rewards, terminated, truncated, infos)
-                if finished.shape[0]:
-                    collected.append(finished)
-                    count += finished.shape[0]
+            returns, lengths = collect_episodes(
+                env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep),
+                episodes)
         finally:
             for agent in self.agents:
                 agent.set_mode("train")
-        returns = torch.cat(collected)[:episodes]
-        per_agent = returns.mean(dim=0).tolist()
-        return {"mean_return": returns.mean().item(), "returns": dict(zip(env.possible_agents, per_agent)),
-                "episodes": int(returns.shape[0])}
+        teams = {team: agent.possible_agents for team, agent in zip(self.teams, self.agents)}
+        report = summarise(returns, lengths, env.possible_agents, teams, timestep)
+        for agent in self.agents:
+            if agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir):
+                write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
+        return report
+
+    def _close_environments(self) -> None:
+        self.env.close()
+        if self.eval_env is not None and self.eval_env is not self.env:
+            self.eval_env.close()

@@ -1,8 +1,18 @@
-"""Configuration dictionaries with defaults: deep merge, unknown keys are an error."""
+"""Configuration dictionaries with defaults: deep merge, type checks, per-agent values.
+
+Unknown keys are an error. Keys whose name ends in ``_kwargs`` hold free-form keyword
+arguments for a class chosen by another key (a noise, a scheduler, a preprocessor): a value
+given for them replaces the default whole instead of being merged into it.
+"""
 
 import copy
 import difflib
-from typing import Any, Mapping
+from typing import Any, Collection, Dict, Mapping, Sequence
+
+
+def _closest(word: str, choices: Collection[str]) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {sorted(map(str, choices))}"
 
 
 def merge_config(defaults: Mapping[str, Any], overrides: Mapping[str, Any], *, path: str = "cfg") -> dict:
@@ -10,19 +20,85 @@ def merge_config(defaults: Mapping[str, Any], overrides: Mapping[str, Any], *, p
 
     A key of ``overrides`` that ``defaults`` does not have raises ``KeyError`` naming the
     key, where it is, and the closest valid key. Sub-dictionaries of the defaults are
-    merged recursively; any other value is replaced.
+    merged recursively, except ``*_kwargs`` dictionaries, which are replaced; any other
+    value is replaced.
     """
     merged = copy.deepcopy(dict(defaults))
     for key, value in (overrides or {}).items():
         if key not in merged:
-            close = difflib.get_close_matches(str(key), [str(k) for k in merged], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {sorted(merged)}"
-            raise KeyError(f"unknown config key {path}[{key!r}]{hint}")
-        if isinstance(merged[key], dict) and isinstance(value, Mapping) and merged[key]:
+            raise KeyError(f"unknown config key {path}[{key!r}]{_closest(key, merged)}")
+        nested = isinstance(merged[key], dict) and merged[key] and not str(key).endswith("_kwargs")
+        if nested and isinstance(value, Mapping):
             merged[key] = merge_config(merged[key], value, path=f"{path}[{key!r}]")
         else:
             merged[key] = copy.deepcopy(value) if isinstance(value, (dict, list)) else value
     return merged
+
+
+def _check_value(where: str, value: Any, default: Any) -> None:
+    """Raise ``TypeError`` when ``value`` is not of the kind its ``default`` is (numbers, ints, bools)."""
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool), "a bool"
+    elif isinstance(default, int):
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "an int"
+    elif isinstance(default, float):
+        ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+    else:  # strings ("auto" or a number), classes, None and dicts take what their users check
+        return
+    if not ok:
+        raise TypeError(f"{where} must be {kind}, got {value!r} ({type(value).__name__})")
+
+
+def check_config(cfg: Mapping[str, Any], defaults: Mapping[str, Any], *, possible_agents: Sequence[str],
+                 per_agent_keys: Collection[str], path: str = "cfg") -> None:
+    """Check the types of ``cfg`` against ``defaults`` and its per-agent values against the agent ids.
+
+    A value given as ``{agent_id: value}`` is allowed only for ``per_agent_keys``; it must name
+    every agent of ``possible_agents`` and no other. Numbers, ints and bools must be of the
+    kind their default is (``learning_rate="3e-4"`` is an error here, not deep in torch).
+
+    Raises:
+        ValueError: a per-agent value for a key that takes one value for every agent.
+        KeyError: a per-agent value with an unknown (misspelled) or missing agent id.
+        TypeError: a value of the wrong type.
+    """
+    agents = list(possible_agents)
+    for key, value in cfg.items():
+        default, where = defaults.get(key), f"{path}[{key!r}]"
+        if isinstance(default, dict):
+            if default and not str(key).endswith("_kwargs") and isinstance(value, Mapping):
+                check_config(value, default, possible_agents=agents, per_agent_keys=(), path=where)
+            continue
+        if not isinstance(value, Mapping):
+            _check_value(where, value, default)
+            continue
+        if key not in per_agent_keys:
+            allowed = sorted(per_agent_keys) or "none"
+            raise ValueError(f"{where} is given as a dict, but it takes one value for every agent; "
+                             f"the keys that take per-agent values {{agent_id: value}} are: {allowed}")
+        unknown = [uid for uid in value if uid not in agents]
+        if unknown:
+            hint = _closest(unknown[0], agents).replace("valid keys", "possible agents")
+            raise KeyError(f"{where} has values for unknown agent id(s) {unknown}{hint} (possible agents: {agents})")
+        missing = [uid for uid in agents if uid not in value]
+        if missing:
+            raise KeyError(f"{where} is given per agent but has no value for {missing}")
+        for uid, agent_value in value.items():
+            _check_value(f"{where}[{uid!r}]", agent_value, default)
+
+
+def agent_value(cfg: Mapping[str, Any], key: str, uid: str) -> Any:
+    """The value of ``cfg[key]`` for agent ``uid``: the per-agent entry, or the one value for all."""
+    value = cfg[key]
+    return value[uid] if isinstance(value, Mapping) and uid in value else value
+
+
+def agreed_value(cfg: Mapping[str, Any], key: str, uids: Sequence[str], what: str) -> Any:
+    """The value of ``cfg[key]`` that every agent of ``uids`` has; ``ValueError`` naming ``what`` if they differ."""
+    values: Dict[str, Any] = {uid: agent_value(cfg, key, uid) for uid in uids}
+    if len({repr(v) for v in values.values()}) > 1:
+        raise ValueError(f"cfg[{key!r}] differs within {what}: {values}")
+    return values[uids[0]]
 
 
 class Config(dict):

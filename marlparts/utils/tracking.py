@@ -55,6 +55,15 @@ class Tracker:
         self._values.clear()
         return means
 
+    def write_now(self, values: Dict[str, float], step: int) -> None:
+        """Write ``values`` at ``step`` at once, apart from the accumulated means (e.g. an evaluation)."""
+        if self.writer is not None:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
+        if self.wandb_run is not None and values:
+            self.wandb_run.log(dict(values), step=step)
+
     def close(self) -> None:
         """Flush and close the writers."""
         if self.writer is not None:

@@ -1,0 +1,51 @@
+"""One record per model an algorithm trains: the model and everything that belongs to it."""
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch import nn
+
+from marlparts.models.base import Model
+
+
+@dataclass(eq=False)
+class TrainedModel:
+    """A distinct model and what the algorithm keeps for it.
+
+    Attributes:
+        name: ``role[agents]``, e.g. ``policy[agent_0+agent_1]``: the model's name in checkpoints and logs.
+        role: the role the model plays (``"policy"``, ``"value"``, ``"critic"``, ...).
+        model: the model.
+        owners: the agents that use it, in ``possible_agents`` order.
+        optimizer: its optimizer.
+        scheduler: its learning-rate scheduler, if any.
+        target: its target copy (off-policy algorithms), if any.
+        input_preprocessor: standardises its inputs (observations or state), if configured.
+        value_normaliser: standardises the targets of a value function, if configured.
+        grad_norm_clip: the gradient-norm limit of its optimizer steps (0: none).
+    """
+
+    name: str
+    role: str
+    model: Model
+    owners: List[str]
+    optimizer: Optional[torch.optim.Optimizer] = None
+    scheduler: Optional[Any] = None
+    target: Optional[nn.Module] = None
+    input_preprocessor: Optional[nn.Module] = None
+    value_normaliser: Optional[nn.Module] = None
+    grad_norm_clip: float = 0.0
+
+    def checkpoint_parts(self) -> Dict[str, Any]:
+        """``{name: object with state_dict/load_state_dict}`` of everything this record holds."""
+        parts: Dict[str, Any] = {self.name: self.model}
+        for prefix, part in (("optimizer", self.optimizer), ("scheduler", self.scheduler), ("target", self.target),
+                             ("preprocessor", self.input_preprocessor), ("value_normaliser", self.value_normaliser)):
+            if part is not None:
+                parts[f"{prefix}:{self.name}"] = part
+        return parts
+
+    def learning_rate(self) -> float:
+        """The optimizer's current learning rate."""
+        return float(self.optimizer.param_groups[0]["lr"])

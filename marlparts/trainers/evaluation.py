@@ -1,0 +1,79 @@
+"""Evaluation episodes without bias toward short ones, and their summary per agent and per team.
+
+Keeping "the first N episodes to finish" over a batch of copies favours short episodes (they
+finish first). Here each copy is given a fixed number of episodes, all started after the
+evaluation began, and every one of them is kept, however long it takes.
+"""
+
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+
+import torch
+
+from marlparts.envs.base import MultiAgentEnv
+from marlparts.trainers.base import EpisodeStatistics
+
+Act = Callable[[Any, Any, Any], Mapping[str, torch.Tensor]]
+
+
+def episodes_per_copy(episodes: int, num_envs: int) -> torch.Tensor:
+    """How many episodes each copy runs so that they add up to ``episodes`` (the first copies take one more)."""
+    quota = torch.full((num_envs,), episodes // num_envs, dtype=torch.long)
+    quota[: episodes % num_envs] += 1
+    return quota
+
+
+def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Reset ``env`` (with its own seed, so every evaluation sees the same episodes) and run
+    ``episodes`` whole episodes, a fixed number per copy.
+
+    Args:
+        env: the evaluation copies.
+        act: ``act(observations, states, infos) -> actions``.
+        episodes: how many episodes to collect.
+
+    Returns:
+        ``(returns, lengths)``: ``(episodes, num_agents)`` returns per agent and ``(episodes,)`` lengths.
+    """
+    if episodes < 1:
+        raise ValueError(f"evaluation needs at least one episode, got {episodes}")
+    quota = episodes_per_copy(episodes, env.num_envs).to(env.device)
+    finished = torch.zeros_like(quota)
+    statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
+    observations, infos = env.reset(seed=env.seed)
+    states = env.state()
+    returns: List[torch.Tensor] = []
+    lengths: List[torch.Tensor] = []
+    while bool((finished < quota).any()):
+        actions = act(observations, states, infos)
+        observations, rewards, terminated, truncated, infos = env.step(actions)
+        states = env.state()
+        ends = statistics.step(rewards, terminated, truncated, infos)
+        if ends.returns.shape[0]:
+            wanted = (finished < quota)[ends.copies]
+            returns.append(ends.returns[wanted])
+            lengths.append(ends.lengths[wanted])
+            finished += ends.copies.long()
+    return torch.cat(returns).cpu(), torch.cat(lengths).cpu()
+
+
+def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Sequence[str],
+              teams: Mapping[str, Sequence[str]], timestep: int) -> Dict[str, Any]:
+    """The evaluation report: per agent, per team (mean and standard deviation over episodes of the
+    team's mean return) and, for a single team, its figures at the top level as well.
+    """
+    column = {uid: i for i, uid in enumerate(possible_agents)}
+    per_agent = dict(zip(possible_agents, returns.mean(dim=0).tolist()))
+    report: Dict[str, Any] = {"episodes": int(returns.shape[0]), "timestep": int(timestep),
+                              "mean_length": float(lengths.float().mean()), "returns": per_agent, "teams": {}}
+    for name, uids in teams.items():
+        team_returns = returns[:, [column[uid] for uid in uids]].mean(dim=1)
+        report["teams"][name] = {
+            "mean_return": float(team_returns.mean()),
+            "std_return": float(team_returns.std()) if team_returns.numel() > 1 else 0.0,
+            "returns": {uid: per_agent[uid] for uid in uids},
+            "mean_length": report["mean_length"],
+        }
+    if len(teams) == 1:
+        (team,) = report["teams"].values()
+        report["mean_return"], report["std_return"] = team["mean_return"], team["std_return"]
+    return report

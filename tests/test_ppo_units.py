@@ -1,0 +1,185 @@
+"""The PPO update works in the units the rollout was collected in: value normalisation, clipped
+actions, and preprocessor statistics that count only active steps.
+"""
+
+import torch
+from helpers import Policy, Value, build_mappo
+from mpe2 import simple_spread_v3
+from toy_envs import ContinuousEnv, CountingEnv
+
+from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.agents.advantages import compute_gae
+from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import GaussianMixin, Model, mlp
+from marlparts.resources import RunningStandardScaler
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed, stack_agents
+
+
+def spread(num_envs=8):
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=num_envs, seed=0)
+
+
+def shared_critic_mappo(env, tmp_path, rollouts):
+    """Separate policies (one group per agent) and one critic shared by every group."""
+    value = Value(observation_space=env.state_space, output_size=env.num_agents)
+    models = {uid: {"policy": Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
+                    "value": value} for uid in env.possible_agents}
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=rollouts, learning_epochs=2, mini_batches=2)
+    cfg["experiment"].update(directory=str(tmp_path), tensorboard=False, checkpoint_interval=0)
+    return MAPPO(possible_agents=env.possible_agents, models=models,
+                 memories={uid: RandomMemory(memory_size=rollouts, num_envs=env.num_envs) for uid in env.possible_agents},
+                 observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                 state_spaces=env.state_spaces, cfg=cfg)
+
+
+def watch_first_minibatch(agent):
+    """For each update: the value normaliser's statistics at collection time, and for each group the
+    losses of the first minibatch of epoch 0 with the critic's predictions and the samples' indexes.
+    """
+    records = []
+    normaliser = agent.value_normaliser(agent.groups[0])
+    original_update, original_predict, original_losses = agent.update, agent.predict_values, agent.group_losses
+
+    def update(*args):
+        records.append({"mean": normaliser.running_mean.clone().float(),
+                        "std": (normaliser.running_variance + normaliser.epsilon).sqrt().float(), "groups": []})
+        original_update(*args)
+
+    def predict(group, observations, states):
+        predicted = original_predict(group, observations, states)
+        if records and torch.is_grad_enabled():
+            records[-1]["predicted"] = predicted.detach().clone()
+        return predicted
+
+    def group_losses(group, indexes):
+        losses = original_losses(group, indexes)
+        if len(records[-1]["groups"]) < len(agent.groups):
+            records[-1]["groups"].append({"losses": losses, "predicted": records[-1]["predicted"], "indexes": indexes})
+        return losses
+
+    agent.update, agent.predict_values, agent.group_losses = update, predict, group_losses
+    return records
+
+
+def assert_first_value_loss_is_unclipped_in_collection_units(agent, records):
+    """At the first minibatch the critic still predicts the stored old values, so the clipped branch of
+    the value loss equals the unclipped one, with targets standardised by the statistics of collection time.
+    """
+    assert records
+    for record in records:
+        for group, first in zip(agent.groups, record["groups"]):
+            returns = group.memory.get_tensor_by_name("returns").flatten(0, 1)[first["indexes"]]
+            active = group.memory.get_tensor_by_name("active").flatten(0, 1)[first["indexes"]]
+            targets = ((returns - record["mean"]) / record["std"]).clamp(-5.0, 5.0)
+            error = (first["predicted"] - targets).square()
+            expected = (error * active).sum() / active.sum()
+            assert torch.allclose(first["losses"]["value"], expected, rtol=1e-4), (first["losses"]["value"], expected)
+
+
+def test_value_normalisation_leaves_the_first_minibatch_at_the_old_values(tmp_path):
+    set_seed(0)
+    env = spread()
+    agent = build_mappo(env, rollouts=25, directory=str(tmp_path), cfg={"learning_epochs": 2, "mini_batches": 2})
+    records = watch_first_minibatch(agent)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 75, "disable_progressbar": True}).train()
+    assert len(records) == 3
+    assert_first_value_loss_is_unclipped_in_collection_units(agent, records[-1:])
+
+
+def test_a_critic_shared_by_several_groups_bootstraps_with_the_statistics_of_its_stored_values(tmp_path):
+    set_seed(0)
+    env = spread()
+    agent = shared_critic_mappo(env, tmp_path, rollouts=20)  # episodes of 25 steps: rollouts end mid-episode
+    assert len(agent.groups) == 3
+    records = watch_first_minibatch(agent)
+    gae_inputs = []
+    original_advantages = agent.compute_advantages
+
+    def compute_advantages():
+        normaliser = agent.value_normaliser(agent.groups[0])
+        last = []
+        with torch.no_grad():
+            for group in agent.groups:
+                next_obs = stack_agents(agent._next_observations, group.uids)
+                last.append(normaliser(agent.predict_values(group, next_obs, agent._next_states), inverse=True))
+        gae_inputs.append(last)
+        original_advantages()
+
+    agent.compute_advantages = compute_advantages
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 40, "disable_progressbar": True}).train()
+    assert_first_value_loss_is_unclipped_in_collection_units(agent, records[-1:])
+    # the returns of every group bootstrap from the value of the next observation in the stored values' units
+    for group, last_values in zip(agent.groups, gae_inputs[-1]):
+        memory = group.memory
+        _, returns = compute_gae(rewards=memory.get_tensor_by_name("rewards"), values=memory.get_tensor_by_name("values"),
+                                 terminated=memory.get_tensor_by_name("terminated"),
+                                 truncated=memory.get_tensor_by_name("truncated"),
+                                 final_values=memory.get_tensor_by_name("final_values"), last_values=last_values,
+                                 discount_factor=0.99, gae_lambda=0.95)
+        assert torch.allclose(memory.get_tensor_by_name("returns"), returns, atol=1e-5)
+
+
+class ClippedGaussian(GaussianMixin, Model):
+    clip_actions = True
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(16,))
+        self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))  # std 1 on a [-1, 1] Box: many clipped
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def test_clipped_gaussian_actions_start_the_update_at_kl_zero(tmp_path):
+    set_seed(0)
+    env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=4, seed=0)
+    uid = env.possible_agents[0]
+    policy = ClippedGaussian(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+    value = Value(observation_space=env.observation_space(uid))
+    cfg = IPPO_DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=5, learning_epochs=1, mini_batches=1)
+    cfg["experiment"].update(directory=str(tmp_path), tensorboard=False, checkpoint_interval=0)
+    agent = IPPO(possible_agents=env.possible_agents, models={u: {"policy": policy, "value": value} for u in env.possible_agents},
+                 memories={u: RandomMemory(memory_size=5, num_envs=4) for u in env.possible_agents},
+                 observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=cfg)
+    kls = []
+    original = agent.group_losses
+    agent.group_losses = lambda group, indexes: kls.append(original(group, indexes)) or kls[-1]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    assert abs(kls[0]["kl"].item()) < 1e-6
+    # the env received actions inside the Box (ContinuousEnv asserts it) and the sampled ones were stored
+    stored = agent.groups[0].memory.get_tensor_by_name("actions")
+    assert stored.abs().max() > 1.0
+
+
+def test_inactive_steps_stay_out_of_the_preprocessor_statistics(tmp_path):
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=6, leave_at=2), num_envs=2, seed=0)
+    agent = build_mappo(env, rollouts=6, directory=str(tmp_path), algorithm="ippo",
+                        cfg={"observation_preprocessor": RunningStandardScaler, "state_preprocessor": RunningStandardScaler,
+                             "learning_epochs": 1, "mini_batches": 1})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    active = memory.get_tensor_by_name("active").squeeze(-1)
+    observations = memory.get_tensor_by_name("observations")[active]
+    assert active.sum() == 6 * 2 * 3 - 4 * 2  # agent_1 acts at two of the six steps of each copy
+    group = agent.groups[0]
+    for scaler in (agent.observation_preprocessor(group), agent.state_preprocessor(group)):
+        assert float(scaler.current_count) == 1 + active.sum()
+        # a fresh scaler starts at mean 0 with one pseudo-count
+        expected_mean = observations.sum(0).double() / (1 + active.sum())
+        assert torch.allclose(scaler.running_mean, expected_mean, atol=1e-5)
+
+
+def test_inactive_steps_stay_out_of_the_maddpg_observation_statistics():
+    from test_maddpg import build
+
+    env = wrap_env(lambda: ContinuousEnv(max_steps=6, leave_at=2), num_envs=2, seed=0)
+    agent = build(env, cfg={"observation_preprocessor": RunningStandardScaler, "learning_starts": 100})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True}).train()
+    scaler = agent.observation_preprocessor(agent.groups[0])
+    assert float(scaler.current_count) == 1 + 6 * 2 * 3 - 4 * 2

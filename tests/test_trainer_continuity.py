@@ -1,0 +1,103 @@
+"""Several train() calls, and eval() between them, continue one run: env state, counters, folder."""
+
+import os
+
+import torch
+from helpers import build_mappo
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from toy_envs import CountingEnv
+
+from marlparts.envs import wrap_env
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+
+
+def counting(num_envs=1, **kwargs):
+    return wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99, **kwargs), num_envs=num_envs, seed=0)
+
+
+def stored_steps(agent):
+    """The env step counter (first observation column) of every stored step of copy 0, agent 0."""
+    return agent.groups[0].memory.get_tensor_by_name("observations")[:, 0, 0, 0].tolist()
+
+
+def test_two_train_calls_continue_the_episodes_instead_of_resetting(tmp_path):
+    env = counting()
+    agent = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True})
+    trainer.train()
+    trainer.cfg["timesteps"] = 5
+    agent.update = lambda *args: None  # keep the rollout in memory to read it
+    trainer.train()
+    # one episode of 5 steps (truncated at its end), then the first 3 steps of the next
+    assert stored_steps(agent) == [0, 1, 2, 3, 4, 0, 1, 2]
+    truncated = agent.groups[0].memory.get_tensor_by_name("truncated")[:, 0, 0, 0].tolist()
+    assert truncated == [False, False, False, False, True, False, False, False]
+
+
+def test_eval_between_train_calls_does_not_touch_the_training_episodes(tmp_path):
+    set_seed(0)
+    env = counting(num_envs=2)
+    agent = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    agent.update = lambda *args: None
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True})
+    trainer.train()
+    result = trainer.eval(episodes=4)
+    assert result["episodes"] == 4
+    trainer.cfg["timesteps"] = 5
+    trainer.train()
+    assert stored_steps(agent) == [0, 1, 2, 3, 4, 0, 1, 2]
+    assert not agent.groups[0].memory.get_tensor_by_name("truncated")[:4].any()
+
+
+def test_a_cut_that_cannot_be_avoided_is_stored_as_truncated_and_bootstrapped(tmp_path):
+    env = wrap_env(CountingEnv(max_steps=5, leave_at=99))  # an instance: no second set of copies can be made
+    agent = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    agent.update = lambda *args: None
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True})
+    trainer.train()
+    trainer.eval(episodes=1)  # runs on the training env: the episode in progress is cut
+    trainer.cfg["timesteps"] = 5
+    trainer.train()
+    memory = agent.groups[0].memory
+    assert stored_steps(agent) == [0, 1, 2, 0, 1, 2, 3, 4]
+    truncated = memory.get_tensor_by_name("truncated")[:, 0, :, 0]
+    assert truncated[2].all() and not truncated[:2].any() and not truncated[3].any()
+    # the cut step bootstraps from the observation that followed it (step 3 of the cut episode)
+    cut_observation = memory.get_tensor_by_name("observations")[2].clone()
+    cut_observation[..., 0] = 3.0
+    cut_observation[..., 2] = memory.get_tensor_by_name("actions")[2, ..., 0].float()
+    group = agent.groups[0]
+    with torch.no_grad():  # CountingEnv's state is [step, agents still in the episode]
+        expected = agent._values(group, cut_observation, torch.tensor([[3.0, 3.0]]))
+    assert torch.allclose(memory.get_tensor_by_name("final_values")[2], expected, atol=1e-6)
+
+
+def test_counters_folder_and_checkpoints_continue_across_train_calls(tmp_path):
+    env = counting(num_envs=2)
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path),
+                        cfg={"experiment": {"checkpoint_interval": 4, "write_interval": 2}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True})
+    trainer.train()
+    first_folder = agent.experiment_dir
+    trainer.train()
+    assert agent.timestep == 16
+    assert agent.experiment_dir == first_folder
+    assert len(os.listdir(tmp_path)) == 1, os.listdir(tmp_path)
+    checkpoints = sorted(os.listdir(os.path.join(first_folder, "checkpoints")))
+    assert checkpoints == ["agent_12.pt", "agent_16.pt", "agent_4.pt", "agent_8.pt"]
+    events = EventAccumulator(first_folder)
+    events.Reload()
+    steps = [event.step for event in events.Scalars("Loss / policy")]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps) and max(steps) == 16
+
+
+def test_a_loaded_checkpoint_continues_its_step_count(tmp_path):
+    env = counting(num_envs=2)
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path / "a"), cfg={"experiment": {"checkpoint_interval": 4}})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    fresh = build_mappo(env, rollouts=4, directory=str(tmp_path / "b"), cfg={"experiment": {"checkpoint_interval": 0}})
+    fresh.load(os.path.join(agent.experiment_dir, "checkpoints", "agent_8.pt"))
+    assert fresh.timestep == 8
+    SequentialTrainer(env=env, agents=fresh, cfg={"timesteps": 1, "disable_progressbar": True}).train()
+    assert fresh.timestep == 9
