@@ -2,9 +2,10 @@
 
     python benchmarks/learning.py --algorithm mappo --timesteps 1000000 --seeds 0 1 2
 
-For each seed: train for ``--timesteps`` env steps, then run 100 fresh greedy episodes and
-record the mean over agents of the episode return. Results are appended to a JSON file
-after every seed, so a stopped run keeps what it finished.
+For each seed: train for ``--timesteps`` env steps, then run 100 greedy episodes on separate
+evaluation copies (seeded from their own stream, so training never saw them) and record the
+mean over agents of the episode return. Results are written to a JSON file after every seed
+(with the mean, min and max over the seeds so far), so a stopped run keeps what it finished.
 """
 
 import argparse
@@ -27,7 +28,6 @@ EXAMPLES = {
 
 
 def load_example(name: str):
-    sys.path.insert(0, str(EXAMPLES[name].parent))  # the examples import their shared helper module
     spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES[name])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,6 +72,7 @@ def main() -> None:
         record["seeds"][str(seed)] = {"greedy_mean_return": result["mean_return"], "train_seconds": seconds}
         values = [v["greedy_mean_return"] for v in record["seeds"].values()]
         record["mean_over_seeds"] = sum(values) / len(values)
+        record["min_over_seeds"], record["max_over_seeds"] = min(values), max(values)
         output.write_text(json.dumps(record, indent=2))
         print(f"{args.algorithm} seed {seed}: greedy mean return {result['mean_return']:.2f} "
               f"({seconds:.0f} s); mean over seeds so far {record['mean_over_seeds']:.2f}", flush=True)

@@ -3,16 +3,41 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
-def test_example_runs_as_it_stands(name, tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "mpe" / f"{name}.py"), "--timesteps", "3200",
-                           "--num-envs", "8", "--workers", "2", "--seed", "1", "--directory", str(tmp_path)],
+def run_example(name, *arguments):
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "mpe" / f"{name}.py"), *map(str, arguments)],
                           capture_output=True, text=True, timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "greedy evaluation over 100 episodes: mean return" in done.stdout
+    return done.stdout
+
+
+@pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
+def test_example_runs_as_it_stands(name, tmp_path):
+    output = run_example(name, "--timesteps", 3200, "--num-envs", 8, "--workers", 2, "--seed", 1,
+                         "--directory", tmp_path)
+    assert "greedy evaluation over 100 episodes: mean return" in output
     checkpoints = list(tmp_path.glob("*/checkpoints/final_agent.pt"))
     assert len(checkpoints) == 1
+
+
+@pytest.mark.parametrize("name", ["simple_spread_maddpg", "simple_spread_matd3"])
+def test_off_policy_example_runs_as_it_stands(name, tmp_path):
+    output = run_example(name, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
+    assert "greedy evaluation over 8 episodes: mean return" in output
+
+
+def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path):
+    common = ("--num-envs", 8, "--episodes", 16, "--directory", tmp_path)
+    run_example("simple_spread_mappo", "--timesteps", 1600, *common)
+    (first,) = tmp_path.glob("*/checkpoints/final_agent.pt")
+    resumed = run_example("simple_spread_mappo", "--timesteps", 1600, "--checkpoint", first, *common)
+    assert len(list(tmp_path.iterdir())) == 1, "the resumed run writes into the same experiment folder"
+    state = torch.load(first, weights_only=True)  # overwritten by the resumed run's final checkpoint
+    assert state["counters"]["timestep"] == 400  # 2 x 1600 env steps over 8 copies
+    assert "greedy evaluation over 16 episodes" in resumed
+    evaluated = run_example("simple_spread_mappo", "--eval", "--checkpoint", first, *common)
+    assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated

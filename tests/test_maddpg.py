@@ -214,12 +214,11 @@ def test_save_and_load_restore_models_targets_and_greedy_actions(tmp_path):
                            torch.cat([p.flatten() for p in fresh_record.target.parameters()]))
 
 
-def test_example_builds_matd3_by_subclass_and_runs():
-    example = load_example("simple_spread_maddpg")
+def test_matd3_example_agent_runs_on_both_action_kinds():
+    example = load_example("simple_spread_matd3")
     for discrete in (False, True):
         env = example.make_env(num_envs=2, discrete=discrete)
-        agent = example.make_agent(env, "runs/unused", algorithm=MATD3, default_config=MATD3_DEFAULT_CONFIG,
-                                   critic_roles=("critic", "critic_2"), batch_size=16, learning_starts=8, update_interval=1,
+        agent = example.make_agent(env, "runs/unused", batch_size=16, learning_starts=8, update_interval=1,
                                    experiment={"tensorboard": False, "checkpoint_interval": 0})
         run(agent, env, 12)
         assert agent.gradient_step == 5

@@ -4,8 +4,10 @@ One policy and one critic shared by every agent; the critic reads only the agent
 observation. Run ``python examples/mpe/simple_spread_ippo.py --help`` for the options.
 """
 
+import argparse
+import os
+
 import torch
-from example_common import parse_arguments, train_save_evaluate
 from mpe2 import simple_spread_v3
 
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG
@@ -13,9 +15,13 @@ from marlparts.envs import MultiAgentEnv, wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
+from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 NUM_ENVS = 64  # env copies stepped together
+TIMESTEPS = 1_000_000  # env steps of training (all copies counted)
+EVAL_INTERVAL = 100_000  # env steps between greedy evaluations
+DIRECTORY = "runs/simple_spread_ippo"
 
 
 class Policy(CategoricalMixin, Model):
@@ -49,7 +55,7 @@ def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0, device: 
                     state_source="observations")  # equals mpe2's state(), without recomputing it
 
 
-def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_ippo", **overrides) -> IPPO:
+def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> IPPO:
     """IPPO with one policy and one critic shared by every agent of ``env``."""
     uid = env.possible_agents[0]
     policy = Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
@@ -71,12 +77,46 @@ def make_agent(env: MultiAgentEnv, directory: str = "runs/simple_spread_ippo", *
                 device=env.device, cfg=cfg)
 
 
+def parse_arguments() -> argparse.Namespace:
+    """The command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--timesteps", type=int, default=TIMESTEPS, help="env steps to train for (all copies counted)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-envs", type=int, default=NUM_ENVS, help="env copies stepped together")
+    parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
+    parser.add_argument("--device", default="cpu", help="where tensors, models and updates live (cpu, cuda, ...)")
+    parser.add_argument("--directory", default=DIRECTORY, help="where TensorBoard logs and checkpoints go")
+    parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
+    parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
+    parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
+    return parser.parse_args()
+
+
 def main() -> None:
-    """Train, save the agent, and print the greedy evaluation over 100 episodes."""
-    args = parse_arguments(__doc__, timesteps=1_000_000, directory="runs/simple_spread_ippo", num_envs=NUM_ENVS)
+    """Train (or resume, or only evaluate), save the agent, and print its greedy evaluation."""
+    args = parse_arguments()
+    if args.eval and not args.checkpoint:
+        raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
-    train_save_evaluate(env, make_agent(env, args.directory), args.timesteps)
+    agent = make_agent(env, args.directory)
+    if args.checkpoint:
+        agent.load(args.checkpoint)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={
+        "timesteps": args.timesteps // env.num_envs,
+        "eval_interval": EVAL_INTERVAL // env.num_envs,  # greedy evaluation on separate copies; keeps best_agent.pt
+        "eval_episodes": args.episodes,
+    })
+    if not args.eval:
+        trainer.train()
+        checkpoint = os.path.join(agent.experiment_dir, "checkpoints", "final_agent.pt")
+        agent.save(checkpoint)
+        print(f"checkpoint: {checkpoint}")
+    result = trainer.eval()
+    per_agent = ", ".join(f"{uid} {value:.2f}" for uid, value in result["returns"].items())
+    print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+          f"(per agent: {per_agent})")
+    env.close()
 
 
 if __name__ == "__main__":
