@@ -19,7 +19,7 @@ CASES = [("simple_spread_mappo", {}, 250), ("simple_spread_ippo", {}, 250),
 
 
 def build(example, env, directory):
-    return example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
+    return example.make_agent(env, directory, experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0,
                                                           "directory": directory})
 
 

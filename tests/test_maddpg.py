@@ -47,7 +47,7 @@ def build(env, *, algorithm=MADDPG, share=True, cfg=None, memory_size=64, critic
             models[uid] = {"policy": policy, **critics}
     base = (MATD3_DEFAULT_CONFIG if algorithm is MATD3 else MADDPG_DEFAULT_CONFIG).copy()
     base.update(batch_size=8, learning_starts=4)
-    base["experiment"].update(tensorboard=False, checkpoint_interval=0)
+    base["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
     for key, value in (cfg or {}).items():
         base[key] = value
     memories = {u: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for u in uids}
@@ -219,7 +219,7 @@ def test_matd3_example_agent_runs_on_both_action_kinds():
     for discrete in (False, True):
         env = example.make_env(num_envs=2, discrete=discrete)
         agent = example.make_agent(env, "runs/unused", batch_size=16, learning_starts=8, update_interval=1,
-                                   experiment={"tensorboard": False, "checkpoint_interval": 0})
+                                   experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0})
         run(agent, env, 12)
         assert agent.gradient_step == 5
 

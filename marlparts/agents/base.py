@@ -26,6 +26,7 @@ EXPERIMENT_DEFAULTS = {
     "checkpoint_interval": "auto",  # timesteps between checkpoints ("auto": timesteps / 10; 0: none)
     "checkpoint_memory": False,     # also save the replay memory in checkpoints (off-policy algorithms)
     "tensorboard": True,            # write TensorBoard event files
+    "csv": True,                    # write every scalar to scalars.csv (step, tag, value)
     "wandb": False,                 # also log to Weights & Biases
     "wandb_kwargs": {},             # passed to wandb.init
 }
@@ -99,6 +100,7 @@ class MultiAgent:
         self.training = True
         self.stochastic_evaluation = False
         self.tracker: Optional[Tracker] = None
+        self.callbacks: List[Any] = []  # set by the trainer: Callback objects told of updates and checkpoints
         self.experiment_dir: Optional[str] = None
         self._initialised = False
         self.best_return = -float("inf")
@@ -201,11 +203,10 @@ class MultiAgent:
         checkpoint_interval = experiment["checkpoint_interval"]
         self._write_interval = max(1, timesteps // 100) if write_interval == "auto" else int(write_interval)
         self._checkpoint_interval = max(1, timesteps // 10) if checkpoint_interval == "auto" else int(checkpoint_interval)
-        if self.tracker is None and (experiment["tensorboard"] or experiment["wandb"]):
+        if self.tracker is None and (experiment["tensorboard"] or experiment["csv"] or experiment["wandb"]):
             os.makedirs(self.experiment_dir, exist_ok=True)
-            self.tracker = Tracker(self.experiment_dir if experiment["tensorboard"] else None,
-                                   wandb=experiment["wandb"], wandb_kwargs=experiment["wandb_kwargs"],
-                                   config=self.cfg)
+            self.tracker = Tracker(self.experiment_dir, tensorboard=experiment["tensorboard"], csv=experiment["csv"],
+                                   wandb=experiment["wandb"], wandb_kwargs=experiment["wandb_kwargs"], config=self.cfg)
 
     # ----------------------------------------------------------------------------- hooks
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
@@ -240,6 +241,13 @@ class MultiAgent:
     def update(self, timestep: int, timesteps: int) -> None:
         """Improve the models from stored experience."""
         raise NotImplementedError
+
+    def report_update(self, metrics: Mapping[str, float]) -> None:
+        """Track an update's metrics (``{tag: value}``) and tell the callbacks."""
+        for tag, value in metrics.items():
+            self.track_data(tag, value)
+        for callback in self.callbacks:
+            callback.on_update(self, dict(metrics))
 
     def optimize(self, records: Sequence[TrainedModel], loss: torch.Tensor) -> None:
         """One optimizer step for each of ``records`` on ``loss``: zero, backward, clip the gradient norm, step."""
@@ -295,7 +303,7 @@ class MultiAgent:
             self.tracker.write_now(values, self.timestep)
         if result["mean_return"] > self.best_return and self.experiment_dir is not None:
             self.best_return = float(result["mean_return"])
-            self.save(os.path.join(self.experiment_dir, "checkpoints", "best_agent.pt"))
+            self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", "best_agent.pt"))
 
     def set_mode(self, mode: str) -> None:
         """``"train"`` (sample actions, update statistics) or ``"eval"`` (frozen; greedy actions unless
@@ -393,10 +401,16 @@ class MultiAgent:
         """
         self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
 
+    def save_checkpoint(self, path: str) -> None:
+        """:meth:`save` to ``path`` and tell the callbacks."""
+        self.save(path)
+        for callback in self.callbacks:
+            callback.on_checkpoint(self, path)
+
     def write_checkpoint(self) -> None:
         """Write ``checkpoints/agent_<timestep>.pt`` into the experiment folder."""
         if self.experiment_dir is not None:
-            self.save(os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt"))
+            self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt"))
 
     def close(self) -> None:
         """Flush and close the tracker."""

@@ -443,12 +443,13 @@ class MADDPG(MultiAgent):
         """``gradient_steps`` times: sample, fit the critics to the TD targets, improve the actors, move the targets."""
         critics = [record for record in self.trained if record.role in self.CRITIC_ROLES]
         policies = [record for record in self.trained if record.role == "policy"]
+        critic_losses, actor_losses = [], []
         for _ in range(self.cfg["gradient_steps"]):
             self.gradient_step += 1
             batches = self.sample_batch()
             critic_loss = self.critic_loss(batches, self.target_values(batches))
             self.optimize(critics, critic_loss)
-            self.track_data("Loss / critic", critic_loss.item())
+            critic_losses.append(critic_loss.detach())
             if self.update_actor_now():
                 for critic in critics:  # the actor loss needs gradients through the critics, not for them
                     critic.model.requires_grad_(False)
@@ -457,4 +458,9 @@ class MADDPG(MultiAgent):
                 for critic in critics:
                     critic.model.requires_grad_(True)
                 self.update_targets()
-                self.track_data("Loss / actor", actor_loss.item())
+                actor_losses.append(actor_loss.detach())
+        metrics = {"Loss / critic": torch.stack(critic_losses).mean().item()}
+        if actor_losses:
+            metrics["Loss / actor"] = torch.stack(actor_losses).mean().item()
+        metrics.update({f"Learning rate / {record.name}": record.learning_rate() for record in self.trained})
+        self.report_update(metrics)

@@ -398,8 +398,7 @@ class MultiAgentPPO(MultiAgent):
             if record.scheduler is not None:
                 record.scheduler.step(last_kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
         means = {key: sum(epoch[key] for epoch in epochs) / len(epochs) for key in epochs[0]}
-        for key, tag in (("policy", "Loss / policy"), ("value", "Loss / value"), ("entropy_value", "Policy / entropy"),
-                         ("kl", "Policy / KL")):
-            self.track_data(tag, means[key])
-        for record in self.trained:
-            self.track_data(f"Learning rate / {record.name}", record.learning_rate())
+        metrics = {"Loss / policy": means["policy"], "Loss / value": means["value"],
+                   "Policy / entropy": means["entropy_value"], "Policy / KL": means["kl"]}
+        metrics.update({f"Learning rate / {record.name}": record.learning_rate() for record in self.trained})
+        self.report_update(metrics)

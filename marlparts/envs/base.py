@@ -93,6 +93,14 @@ class MultiAgentEnv:
         """Render the first copy (as the wrapped environment's ``render_mode`` says)."""
         raise NotImplementedError
 
+    def start_recording(self) -> None:
+        """Start keeping copy 0's frames (one now, then one after every step); for videos."""
+        raise ValueError(f"{type(self).__name__} cannot record videos")
+
+    def stop_recording(self) -> Any:
+        """Stop recording and return the frames ``(time, height, width, 3)``."""
+        raise ValueError(f"{type(self).__name__} cannot record videos")
+
     def close(self) -> None:
         """Release the copies and any worker processes."""
 

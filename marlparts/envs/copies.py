@@ -79,6 +79,7 @@ class CopyBlock:
         self.obs_columns = {uid: layout.observations.columns(uid) for uid in layout.possible_agents}
         self.action_columns = {uid: layout.actions.columns(uid) for uid in layout.possible_agents}
         self.mask_columns = {uid: layout.masks.columns(uid) for uid in layout.possible_agents} if layout.has_masks else {}
+        self.frames: Optional[List[Any]] = None  # frames of the block's first copy while recording
 
     def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
         """Reset every copy; copy ``row`` gets ``seeds[row]`` when seeds are given."""
@@ -98,6 +99,8 @@ class CopyBlock:
                 obs, rewards, terminated, truncated, infos = env.step(actions)
             except Exception as error:
                 raise EnvCopyError(f"env copy {row} raised in step: {error!r}") from error
+            if self.frames is not None and env is self.envs[0]:
+                self.frames.append(env.render())  # before an ended episode's reset: its last frame
             self._clear_step_flags(row)
             reward_row, term_row, trunc_row = self.b["reward"][row], self.b["terminated"][row], self.b["truncated"][row]
             index = self.agent_index
@@ -130,6 +133,22 @@ class CopyBlock:
     def render(self) -> Any:
         """Render the first copy of the block."""
         return self.envs[0].render()
+
+    def start_recording(self) -> None:
+        """Keep a frame of the first copy now and after each step (an ended episode's last frame
+        included, taken before the copy resets).
+        """
+        frame = self.envs[0].render()
+        if not isinstance(frame, np.ndarray) or frame.ndim != 3:
+            raise ValueError("recording a video needs env copies that render RGB arrays: build them with "
+                             "render_mode='rgb_array' (e.g. simple_spread_v3.parallel_env(render_mode='rgb_array')); "
+                             f"render() returned {type(frame).__name__}")
+        self.frames = [frame]
+
+    def stop_recording(self) -> List[Any]:
+        """Stop recording and hand out the frames."""
+        frames, self.frames = self.frames or [], None
+        return frames
 
     def close(self) -> None:
         """Close every copy."""
@@ -252,6 +271,14 @@ class InProcessCopies:
         """Render copy 0."""
         return self.block.render()
 
+    def start_recording(self) -> None:
+        """Record copy 0's frames at every step."""
+        self.block.start_recording()
+
+    def stop_recording(self) -> List[Any]:
+        """The frames recorded since :meth:`start_recording`."""
+        return self.block.stop_recording()
+
     def close(self) -> None:
         """Close every copy."""
         self.block.close()
@@ -316,6 +343,11 @@ class WorkerCopies:
         if status == "error":
             raise EnvCopyError(f"worker 0 during render: {payload}")
         return payload
+
+    def start_recording(self) -> None:
+        """Frames stay in the worker processes: record from copies stepped in this process."""
+        raise ValueError("video recording needs env copies stepped in this process (workers=0); the evaluation "
+                         "copies the trainer makes are")
 
     def close(self) -> None:
         """Close the copies and join the workers."""

@@ -135,6 +135,17 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         """Render copy 0 as its ``render_mode`` says (e.g. an RGB array for ``"rgb_array"``)."""
         return self.copies.render()
 
+    def start_recording(self) -> None:
+        """Start keeping copy 0's frames: one now, then one after each step (before an ended
+        episode's reset, so its last frame is kept). Needs ``render_mode="rgb_array"`` copies in
+        this process.
+        """
+        self.copies.start_recording()
+
+    def stop_recording(self) -> np.ndarray:
+        """Stop recording; the frames ``(time, height, width, 3)`` since :meth:`start_recording`."""
+        return np.stack(self.copies.stop_recording())
+
     def close(self) -> None:
         """Close every copy and stop the workers."""
         if not self._closed:

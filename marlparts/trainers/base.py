@@ -6,6 +6,7 @@ import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
+from marlparts.trainers.callbacks import Callback
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
 
@@ -76,12 +77,15 @@ class Trainer:
         cfg: trainer options (see the subclass).
         eval_env: the env copies :meth:`eval` runs on; by default the trainer makes them with
             ``env.make_evaluation_env`` (separate copies, seeded apart from the training ones).
+        callbacks: :class:`~marlparts.trainers.callbacks.Callback` objects, called at each step,
+            episode end, update, evaluation and checkpoint.
     """
 
     DEFAULT_CONFIG: Dict[str, Any] = {}
 
     def __init__(self, *, env: MultiAgentEnv, agents: Union[MultiAgent, Sequence[MultiAgent]],
-                 cfg: Optional[Mapping[str, Any]] = None, eval_env: Optional[MultiAgentEnv] = None) -> None:
+                 cfg: Optional[Mapping[str, Any]] = None, eval_env: Optional[MultiAgentEnv] = None,
+                 callbacks: Sequence[Callback] = ()) -> None:
         self.env = env
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
@@ -91,9 +95,25 @@ class Trainer:
         # each algorithm's agents as columns of (envs, all agents) tensors such as episode returns
         self.agent_columns = [torch.as_tensor([position[uid] for uid in agent.possible_agents])
                               for agent in self.agents]
+        self.callbacks: List[Callback] = list(callbacks)
+        for callback in self.callbacks:
+            if not isinstance(callback, Callback):
+                raise TypeError(f"callbacks must be marlparts Callback objects, got {type(callback).__name__}")
+        for agent in self.agents:
+            agent.callbacks = self.callbacks
+        self._stop_requested = False
         self.eval_env = eval_env
         if eval_env is not None and list(eval_env.possible_agents) != list(env.possible_agents):
             raise ValueError(f"eval_env has agents {eval_env.possible_agents}, the training env {env.possible_agents}")
+
+    def stop(self) -> None:
+        """End ``train()`` after the current step (for callbacks: early stopping)."""
+        self._stop_requested = True
+
+    def notify(self, event: str, *args: Any) -> None:
+        """Call ``event`` (``"on_step"``, ``"on_episode_end"``, ``"on_evaluation"``) on every callback."""
+        for callback in self.callbacks:
+            getattr(callback, event)(self, *args)
 
     def _check_ownership(self) -> None:
         env, owners, memories = self.env, {}, {}

@@ -5,8 +5,9 @@ finish first). Here each copy is given a fixed number of episodes, all started a
 evaluation began, and every one of them is kept, however long it takes.
 """
 
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
+import numpy as np
 import torch
 
 from marlparts.envs.base import MultiAgentEnv
@@ -22,7 +23,17 @@ def episodes_per_copy(episodes: int, num_envs: int) -> torch.Tensor:
     return quota
 
 
-def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int) -> Tuple[torch.Tensor, torch.Tensor]:
+class Episodes(NamedTuple):
+    """What an evaluation collected: ``returns`` ``(episodes, num_agents)``, ``lengths`` ``(episodes,)``,
+    and ``frames`` ``(time, height, width, 3)`` of copy 0's first episode when recorded (else None).
+    """
+
+    returns: torch.Tensor
+    lengths: torch.Tensor
+    frames: Optional[np.ndarray]
+
+
+def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, record_video: bool = False) -> Episodes:
     """Reset ``env`` (with its own seed, so every evaluation sees the same episodes) and run
     ``episodes`` whole episodes, a fixed number per copy.
 
@@ -30,9 +41,8 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int) -> Tuple[torch
         env: the evaluation copies.
         act: ``act(observations, states, infos) -> actions``.
         episodes: how many episodes to collect.
-
-    Returns:
-        ``(returns, lengths)``: ``(episodes, num_agents)`` returns per agent and ``(episodes,)`` lengths.
+        record_video: keep the frames of copy 0's first episode: its first frame and one per step,
+            the last one included (``length + 1`` frames).
     """
     if episodes < 1:
         raise ValueError(f"evaluation needs at least one episode, got {episodes}")
@@ -43,17 +53,26 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int) -> Tuple[torch
     states = env.state()
     returns: List[torch.Tensor] = []
     lengths: List[torch.Tensor] = []
-    while bool((finished < quota).any()):
-        actions = act(observations, states, infos)
-        observations, rewards, terminated, truncated, infos = env.step(actions)
-        states = env.state()
-        ends = statistics.step(rewards, terminated, truncated, infos)
-        if ends.returns.shape[0]:
-            wanted = (finished < quota)[ends.copies]
-            returns.append(ends.returns[wanted])
-            lengths.append(ends.lengths[wanted])
-            finished += ends.copies.long()
-    return torch.cat(returns).cpu(), torch.cat(lengths).cpu()
+    frames, recording = None, record_video
+    if recording:
+        env.start_recording()
+    try:
+        while bool((finished < quota).any()):
+            actions = act(observations, states, infos)
+            observations, rewards, terminated, truncated, infos = env.step(actions)
+            states = env.state()
+            ends = statistics.step(rewards, terminated, truncated, infos)
+            if ends.returns.shape[0]:
+                wanted = (finished < quota)[ends.copies]
+                returns.append(ends.returns[wanted])
+                lengths.append(ends.lengths[wanted])
+                finished += ends.copies.long()
+                if recording and bool(ends.copies[0]):
+                    frames, recording = env.stop_recording(), False
+    finally:
+        if recording:
+            env.stop_recording()
+    return Episodes(torch.cat(returns).cpu(), torch.cat(lengths).cpu(), frames)
 
 
 def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Sequence[str],

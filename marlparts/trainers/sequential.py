@@ -5,12 +5,15 @@ import os
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
+import numpy as np
+import torch
 import tqdm
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import collect_episodes, summarise
 from marlparts.utils.files import write_json_atomically
+from marlparts.utils.video import save_video
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "timesteps": 100_000,          # vectorized steps per train() call (each steps every env copy)
@@ -19,6 +22,9 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "eval_episodes": 100,          # episodes that eval() collects
     "eval_num_envs": None,         # evaluation env copies (None: as many as the training env has)
     "stochastic_evaluation": False,  # eval() samples actions instead of taking the greedy ones
+    "eval_video": False,           # eval() records the first episode of evaluation copy 0 (render_mode="rgb_array")
+    "video_format": "mp4",         # "mp4" or "gif" (imageio: pip install 'marlparts[video]')
+    "video_fps": 10,
     "close_environment_at_exit": False,
 }
 
@@ -53,7 +59,9 @@ class SequentialTrainer(Trainer):
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
 
     def train(self) -> None:
-        """Train for ``cfg["timesteps"]`` vectorized steps; metrics are flushed even if a step fails."""
+        """Train for ``cfg["timesteps"]`` vectorized steps (fewer if a callback calls :meth:`stop`);
+        metrics are flushed even if a step fails.
+        """
         env, steps = self.env, int(self.cfg["timesteps"])
         for agent in self.agents:
             agent.init(self.cfg)
@@ -63,6 +71,7 @@ class SequentialTrainer(Trainer):
         eval_interval = int(self.cfg["eval_interval"])
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
+        self._stop_requested = False
         bar = tqdm.tqdm(total=steps, disable=self.cfg["disable_progressbar"], unit="step", smoothing=0.1)
         try:
             for timestep in range(start, end):
@@ -71,11 +80,14 @@ class SequentialTrainer(Trainer):
                     self._training_state = (observations, env.state(), infos)
                     self.statistics.reset()
                 observations, states, infos = self._training_state
+                clock = [time.perf_counter()]
                 for agent in self.agents:
                     agent.pre_interaction(timestep, end)
                 actions = self._act(observations, states, infos, timestep, end)
+                clock.append(time.perf_counter())
                 next_observations, rewards, terminated, truncated, next_infos = env.step(actions)
                 next_states = env.state()
+                clock.append(time.perf_counter())
                 for agent in self.agents:
                     agent.record_transition(observations=observations, states=states, actions=actions,
                                             rewards=rewards, next_observations=next_observations,
@@ -84,17 +96,20 @@ class SequentialTrainer(Trainer):
                 self._training_state = (next_observations, next_states, next_infos)
                 ends = self.statistics.step(rewards, terminated, truncated, next_infos)
                 if ends.returns.shape[0]:
-                    for agent, columns, team in zip(self.agents, self.agent_columns, recent):
-                        team_returns = ends.returns[:, columns]
-                        agent.track_episode_returns(team_returns)
-                        team.extend(team_returns.mean(dim=1).tolist())
+                    self._episodes_ended(ends.returns, ends.lengths, recent)
+                clock.append(time.perf_counter())
                 for agent in self.agents:
                     agent.post_interaction(timestep, end)
+                clock.append(time.perf_counter())
+                self._track_step_times(clock)
                 if eval_interval and (timestep + 1) % eval_interval == 0:
                     self._evaluate_during_training()
+                self.notify("on_step", timestep)
                 bar.update(1)
                 if (timestep - start) % 200 == 0 and all(recent):
                     self._show_progress(bar, (timestep - start + 1) * env.num_envs / (time.perf_counter() - began), recent)
+                if self._stop_requested:
+                    break
         finally:
             bar.close()
             for agent in self.agents:
@@ -102,6 +117,31 @@ class SequentialTrainer(Trainer):
                     agent.tracker.write(agent.timestep)
             if self.cfg["close_environment_at_exit"]:
                 self._close_environments()
+
+    def _episodes_ended(self, returns: torch.Tensor, lengths: torch.Tensor, recent: List[Deque[float]]) -> None:
+        """Track ended training episodes: each algorithm its own agents' returns, and every team's mean return."""
+        team_means = {team: returns[:, columns].mean(dim=1) for team, columns in zip(self.teams, self.agent_columns)}
+        for agent, columns, team_recent, team in zip(self.agents, self.agent_columns, recent, self.teams):
+            agent.track_episode_returns(returns[:, columns])
+            team_recent.extend(team_means[team].tolist())
+            if agent.tracker is not None:
+                agent.tracker.add("Episode / length", lengths.float().mean().item())
+                if len(self.teams) > 1:
+                    for name, means in team_means.items():
+                        agent.tracker.add(f"Episode / team return / {name}", means.mean().item())
+        self.notify("on_episode_end", returns, lengths)
+
+    def _track_step_times(self, clock: List[float]) -> None:
+        """The step's time split (acting, env, storing, update with logging and checkpoints) and its rate."""
+        acting, stepping, storing, updating = (b - a for a, b in zip(clock, clock[1:]))
+        for agent in self.agents:
+            tracker = agent.tracker
+            if tracker is not None:
+                tracker.add("Time / acting (ms per step)", 1000 * acting)
+                tracker.add("Time / env (ms per step)", 1000 * stepping)
+                tracker.add("Time / storing (ms per step)", 1000 * storing)
+                tracker.add("Time / update, logging, checkpoints (ms per step)", 1000 * updating)
+                tracker.add_ratio("Performance / env steps per second", self.env.num_envs, clock[-1] - clock[0])
 
     def _show_progress(self, bar: tqdm.tqdm, rate: float, recent: List[Deque[float]]) -> None:
         postfix = {"env_steps_per_s": f"{rate:.0f}"}
@@ -125,7 +165,7 @@ class SequentialTrainer(Trainer):
             self._training_state = None
         return self.eval_env
 
-    def eval(self, episodes: Optional[int] = None) -> Dict[str, Any]:
+    def eval(self, episodes: Optional[int] = None, *, video: Optional[bool] = None) -> Dict[str, Any]:
         """Run ``episodes`` evaluation episodes (``cfg["eval_episodes"]`` by default), greedy unless
         ``cfg["stochastic_evaluation"]``; nothing is stored or learned.
 
@@ -133,32 +173,55 @@ class SequentialTrainer(Trainer):
         evaluation began, from the same seeds every time, so results are not biased toward short
         episodes and evaluations at different times are comparable.
 
+        With ``video`` (default ``cfg["eval_video"]``), the first episode of evaluation copy 0 is
+        recorded (the copies must render ``rgb_array`` frames) to
+        ``videos/eval_<timestep>.<video_format>`` in each algorithm's experiment folder and to its
+        TensorBoard / Weights & Biases.
+
         Returns:
             A dict: ``"episodes"``, ``"timestep"``, ``"mean_length"``, ``"returns"`` (agent id to its
             mean return) and ``"teams"`` (team name to its ``"mean_return"``, ``"std_return"``,
             ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class). With a
-            single algorithm, its ``"mean_return"`` and ``"std_return"`` are at the top level too.
-            The dict is also written to ``evaluation.json`` in each algorithm's experiment folder.
+            single algorithm, its ``"mean_return"`` and ``"std_return"`` are at the top level too;
+            ``"videos"`` lists the video files written. The dict is also written to
+            ``evaluation.json`` in each algorithm's experiment folder.
         """
         env = self._evaluation_env()
         episodes = int(episodes or self.cfg["eval_episodes"])
+        video = bool(self.cfg["eval_video"] if video is None else video)
         timestep = max(agent.timestep for agent in self.agents)
         for agent in self.agents:
             agent.set_mode("eval")
             agent.stochastic_evaluation = bool(self.cfg["stochastic_evaluation"])
         try:
-            returns, lengths = collect_episodes(
+            collected = collect_episodes(
                 env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep),
-                episodes)
+                episodes, record_video=video)
         finally:
             for agent in self.agents:
                 agent.set_mode("train")
         teams = {team: agent.possible_agents for team, agent in zip(self.teams, self.agents)}
-        report = summarise(returns, lengths, env.possible_agents, teams, timestep)
+        report = summarise(collected.returns, collected.lengths, env.possible_agents, teams, timestep)
+        if collected.frames is not None:
+            report["videos"] = self._write_videos(collected.frames, timestep)
         for agent in self.agents:
             if agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir):
                 write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
+        self.notify("on_evaluation", report)
         return report
+
+    def _write_videos(self, frames: np.ndarray, timestep: int) -> List[str]:
+        """Save ``frames`` in each algorithm's experiment folder and send them to its trackers."""
+        fps, extension = float(self.cfg["video_fps"]), str(self.cfg["video_format"]).lower()
+        paths = []
+        for agent in self.agents:
+            if agent.experiment_dir is None:
+                continue
+            paths.append(save_video(frames, os.path.join(agent.experiment_dir, "videos", f"eval_{timestep}.{extension}"),
+                                    fps=fps))
+            if agent.tracker is not None:
+                agent.tracker.write_video("Evaluation / video", frames, fps, timestep)
+        return paths
 
     def _close_environments(self) -> None:
         self.env.close()
