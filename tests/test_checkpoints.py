@@ -96,3 +96,20 @@ def test_a_process_killed_while_writing_a_checkpoint_leaves_the_previous_one_loa
     agent.load(path)
     value = parameters_vector(agent.groups[0].models["policy"])
     assert torch.isfinite(value).all()
+
+
+def test_a_load_that_fails_late_leaves_the_memory_untouched(tmp_path):
+    env = spread()
+    agent = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"checkpoint_memory": True}})
+    from marlparts.trainers import SequentialTrainer
+
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True}).train()
+    state = agent.state_dict()
+    fresh = build_mappo(env, rollouts=8, directory=str(tmp_path))
+    SequentialTrainer(env=env, agents=fresh, cfg={"timesteps": 3, "disable_progressbar": True}).train()
+    before = fresh.groups[0].memory.get_tensor_by_name("observations").clone()
+    del state["rng"]["python"]
+    with pytest.raises(KeyError, match="rng"):
+        fresh.load_state_dict(state)
+    assert fresh.groups[0].memory.memory_index == 3
+    assert torch.equal(fresh.groups[0].memory.get_tensor_by_name("observations"), before)

@@ -299,3 +299,50 @@ def test_checkpoint_holds_the_step_counters_noise_schedule_and_optionally_the_re
     for a, b in zip(agent.groups[0].memory.sample_by_index(names, torch.arange(18)),
                     with_replay.groups[0].memory.sample_by_index(names, torch.arange(18))):
         assert torch.equal(a, b)
+
+
+def test_per_agent_gumbel_temperature_is_used():
+    env = wrap_env(lambda: CountingEnv(), num_envs=2, seed=0)
+    temperatures = {"agent_0": 0.5, "agent_1": 2.0, "agent_2": 0.5}
+    agent = build(env, policy_groups=[["agent_0", "agent_2"], ["agent_1"]], cfg={"gumbel_temperature": temperatures})
+    seen = []
+    original = torch.nn.functional.gumbel_softmax
+    torch.nn.functional.gumbel_softmax = lambda logits, tau, hard: seen.append(tau) or original(logits, tau=tau, hard=hard)
+    try:
+        run(agent, env, 6)
+    finally:
+        torch.nn.functional.gumbel_softmax = original
+    assert set(seen) == {0.5, 2.0}
+
+
+def test_a_run_resumed_without_its_replay_waits_for_learning_starts_again(tmp_path):
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env, cfg={"learning_starts": 5})
+    run(agent, env, 8)
+    agent.save(str(tmp_path / "agent.pt"))
+    fresh = build(env, cfg={"learning_starts": 5})
+    fresh.load(str(tmp_path / "agent.pt"))
+    steps_before = fresh.gradient_step
+    run(fresh, env, 4)  # 4 steps stored again: fewer than learning_starts
+    assert fresh.gradient_step == steps_before
+    run(fresh, env, 1)
+    assert fresh.gradient_step == steps_before + 1
+
+
+def test_stochastic_evaluation_leaves_the_training_noise_alone():
+    env = wrap_env(lambda: ContinuousEnv(max_steps=50), num_envs=2, seed=0)
+    exploration = {"noise": OrnsteinUhlenbeckNoise, "noise_kwargs": {}, "initial_scale": 1.0, "final_scale": 1.0,
+                   "timesteps": None}
+    agent = build(env, cfg={"exploration": exploration, "learning_starts": 100})
+    run(agent, env, 3)
+    state = agent.groups[0].noise.state.clone()
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"stochastic_evaluation": True, "eval_num_envs": 1,
+                                                            "disable_progressbar": True})
+    trainer.eval(episodes=1)
+    assert torch.equal(agent.groups[0].noise.state, state)
+
+
+def test_choosing_another_noise_class_drops_the_default_noise_arguments():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env, cfg={"exploration": {"noise": OrnsteinUhlenbeckNoise}})
+    assert isinstance(agent.groups[0].noise, OrnsteinUhlenbeckNoise)

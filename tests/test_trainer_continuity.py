@@ -101,3 +101,53 @@ def test_a_loaded_checkpoint_continues_its_step_count(tmp_path):
     assert fresh.timestep == 8
     SequentialTrainer(env=env, agents=fresh, cfg={"timesteps": 1, "disable_progressbar": True}).train()
     assert fresh.timestep == 9
+
+
+def test_a_second_trainer_cuts_the_rollout_left_by_the_first(tmp_path):
+    env = counting()
+    agent = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    agent.update = lambda *args: None
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True}).train()
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    assert stored_steps(agent) == [0, 1, 2, 0, 1, 2, 3, 4]  # the new trainer resets the env ...
+    truncated = agent.groups[0].memory.get_tensor_by_name("truncated")[:, 0, 0, 0].tolist()
+    assert truncated == [False, False, True, False, False, False, False, True]  # ... so step 2 ends its episode
+
+
+def test_a_partial_rollout_that_cannot_be_bootstrapped_is_dropped(tmp_path):
+    env = counting()
+    agent = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True}).train()
+    path = str(tmp_path / "mid_rollout.pt")
+    agent.cfg["experiment"]["checkpoint_memory"] = True
+    agent.save(path)
+    fresh = build_mappo(env, rollouts=8, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    fresh.load(path)  # three stored steps, but not the observation that followed the last one
+    fresh.update = lambda *args: None
+    SequentialTrainer(env=env, agents=fresh, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    assert stored_steps(fresh)[:5] == [0, 1, 2, 3, 4] and fresh.groups[0].memory.memory_index == 5
+
+
+def test_evaluation_on_the_training_env_uses_its_own_seeds_and_training_goes_on_with_new_episodes(tmp_path):
+    from toy_envs import CoinFlipEnv
+
+    env = wrap_env(CoinFlipEnv(), seed=3)  # an instance: evaluation must run on the training env
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 30, "disable_progressbar": True})
+    lengths = []
+    original = trainer.statistics.step
+
+    def step(*args):
+        ends = original(*args)
+        lengths.extend(ends.lengths.tolist())
+        return ends
+
+    trainer.statistics.step = step
+    training_seeds = list(env.copy_seeds)
+    trainer.train()
+    first_training = list(lengths)
+    trainer.eval(episodes=5)
+    assert env.copy_seeds != training_seeds, "evaluation replays the training stream"
+    lengths.clear()
+    trainer.train()
+    assert lengths[:5] != first_training[:5], "training restarts the same episodes after an evaluation"

@@ -6,6 +6,8 @@ outputs one value per agent. Run ``python examples/mpe/simple_spread_mappo.py --
 
 import argparse
 import os
+import time
+from typing import Optional
 
 import torch
 from mpe2 import simple_spread_v3
@@ -17,6 +19,7 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
+from marlparts.utils.distributed import init_distributed, is_main_process, local_device
 
 NUM_ENVS = 64  # env copies stepped together
 TIMESTEPS = 1_000_000  # env steps of training (all copies counted)
@@ -49,10 +52,13 @@ class Value(DeterministicMixin, Model):
 
 
 def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0, continuous: bool = False,
-             device: str = "cpu") -> MultiAgentEnv:
-    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``."""
+             device: str = "cpu",
+             render_mode: Optional[str] = None) -> MultiAgentEnv:
+    """simple_spread_v3 with N=3, max_cycles=25, local_ratio=0.5 as ``num_envs`` copies, tensors on ``device``
+    (``render_mode="rgb_array"`` for evaluation videos).
+    """
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5,
-                                                          continuous_actions=continuous),
+                                                          continuous_actions=continuous, render_mode=render_mode),
                     num_envs=num_envs, workers=workers, seed=seed, device=device,
                     state_source="observations")  # equals mpe2's state(), without recomputing it
 
@@ -91,35 +97,50 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
     parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
+    parser.add_argument("--video", action="store_true", help="record evaluation videos in the experiment folder")
     return parser.parse_args()
 
 
 def main() -> None:
-    """Train (or resume, or only evaluate), save the agent, and print its greedy evaluation."""
+    """Train (or resume, or only evaluate), save the agent, and print its greedy evaluation.
+
+    Started with ``torchrun --nproc_per_node=N``, it trains with N data-parallel ranks: each steps
+    its own ``--num-envs`` copies, and ``--timesteps`` counts the env steps of all ranks together.
+    """
     args = parse_arguments()
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
+    _, world_size = init_distributed()
     set_seed(args.seed)
-    env = make_env(args.num_envs, args.workers, args.seed, device=args.device)
+    device = local_device() if args.device == "cuda" and world_size > 1 else args.device
+    env = make_env(args.num_envs, args.workers, args.seed, device=device,
+                   render_mode="rgb_array" if args.video else None)
     agent = make_agent(env, args.directory)
     if args.checkpoint:
         agent.load(args.checkpoint)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
-        "timesteps": args.timesteps // env.num_envs,
-        "eval_interval": EVAL_INTERVAL // env.num_envs,  # greedy evaluation on separate copies; keeps best_agent.pt
+        "timesteps": args.timesteps // (env.num_envs * world_size),
+        "eval_interval": EVAL_INTERVAL // (env.num_envs * world_size),  # greedy evaluation: keeps best_agent.pt
         "eval_episodes": args.episodes,
+        "eval_video": args.video,
     })
     if not args.eval:
+        began = time.perf_counter()
         trainer.train()
-        checkpoint = os.path.join(agent.experiment_dir, "checkpoints", "final_agent.pt")
-        agent.save(checkpoint)
-        print(f"checkpoint: {checkpoint}")
+        seconds = time.perf_counter() - began
+        steps = trainer.cfg["timesteps"] * env.num_envs * world_size
+        if is_main_process():
+            checkpoint = os.path.join(agent.experiment_dir, "checkpoints", "final_agent.pt")
+            agent.save(checkpoint)
+            print(f"trained {steps} env steps on {world_size} rank(s) in {seconds:.1f} s: "
+                  f"{steps / seconds:.0f} env steps per second")
+            print(f"checkpoint: {checkpoint}")
     result = trainer.eval()
-    per_agent = ", ".join(f"{uid} {value:.2f}" for uid, value in result["returns"].items())
-    print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
-          f"(per agent: {per_agent})")
+    if is_main_process():
+        per_agent = ", ".join(f"{uid} {value:.2f}" for uid, value in result["returns"].items())
+        print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.2f} "
+              f"(per agent: {per_agent})")
     env.close()
-
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

@@ -1,8 +1,10 @@
 """The base of every multi-agent algorithm: configuration, groups, hooks, tracking, checkpoints."""
 
+import contextlib
 import copy
 import datetime
 import os
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import gymnasium
@@ -15,6 +17,13 @@ from marlparts.memories.base import Memory
 from marlparts.models.base import Model
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import agreed_value, check_config, merge_config
+from marlparts.utils.distributed import (
+    average_gradients,
+    broadcast_tensors,
+    check_same_on_every_rank,
+    is_distributed,
+    is_main_process,
+)
 from marlparts.utils.files import save_atomically
 from marlparts.utils.seeding import rng_states, set_rng_states
 from marlparts.utils.tracking import Tracker
@@ -97,6 +106,7 @@ class MultiAgent:
             model.to(self.device)
         self.trained: List[TrainedModel] = []
         self._records: Dict[int, TrainedModel] = {}
+        self._grad_scaler = self._make_grad_scaler()
         self.training = True
         self.stochastic_evaluation = False
         self.tracker: Optional[Tracker] = None
@@ -193,6 +203,7 @@ class MultiAgent:
         if self._initialised:
             return
         self._initialised = True
+        self._start_distributed()
         timesteps = int(dict(trainer_cfg or {}).get("timesteps", 0))
         experiment = self.cfg["experiment"]
         if self.experiment_dir is None:
@@ -203,10 +214,28 @@ class MultiAgent:
         checkpoint_interval = experiment["checkpoint_interval"]
         self._write_interval = max(1, timesteps // 100) if write_interval == "auto" else int(write_interval)
         self._checkpoint_interval = max(1, timesteps // 10) if checkpoint_interval == "auto" else int(checkpoint_interval)
+        if not is_main_process():
+            return  # under torchrun only rank 0 writes logs, checkpoints and reports
         if self.tracker is None and (experiment["tensorboard"] or experiment["csv"] or experiment["wandb"]):
             os.makedirs(self.experiment_dir, exist_ok=True)
             self.tracker = Tracker(self.experiment_dir, tensorboard=experiment["tensorboard"], csv=experiment["csv"],
                                    wandb=experiment["wandb"], wandb_kwargs=experiment["wandb_kwargs"], config=self.cfg)
+
+    def _start_distributed(self) -> None:
+        """Under ``torchrun``: check that every rank has the same agents, spaces and models, then give
+        every rank rank 0's parameters (and targets, preprocessors, normalisers).
+        """
+        if not is_distributed():
+            return
+        shapes = {name: [tuple(t.shape) for t in part.state_dict().values() if isinstance(t, torch.Tensor)]
+                  for name, part in self.checkpoint_parts().items() if isinstance(part, torch.nn.Module)}
+        description = repr((type(self).__name__, self.possible_agents,
+                            {uid: repr(self.observation_spaces[uid]) for uid in self.possible_agents},
+                            {uid: repr(self.action_spaces[uid]) for uid in self.possible_agents}, shapes))
+        check_same_on_every_rank(description, f"the {type(self).__name__} agents, spaces and model shapes")
+        tensors = [t for part in self.checkpoint_parts().values() if isinstance(part, torch.nn.Module)
+                   for t in part.state_dict().values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        broadcast_tensors(tensors)
 
     # ----------------------------------------------------------------------------- hooks
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
@@ -250,14 +279,43 @@ class MultiAgent:
             callback.on_update(self, dict(metrics))
 
     def optimize(self, records: Sequence[TrainedModel], loss: torch.Tensor) -> None:
-        """One optimizer step for each of ``records`` on ``loss``: zero, backward, clip the gradient norm, step."""
+        """One optimizer step for each of ``records`` on ``loss``: zero, backward, average the gradients
+        over ``torchrun`` ranks (one all-reduce), clip the gradient norm, step. With mixed precision the
+        loss is scaled and the gradients unscaled before clipping.
+        """
         for record in records:
             record.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        scaler = self._grad_scaler
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        average_gradients(parameter for record in records for parameter in record.model.parameters())
         for record in records:
+            if scaler is not None:
+                scaler.unscale_(record.optimizer)
             if record.grad_norm_clip > 0:
                 torch.nn.utils.clip_grad_norm_(record.model.parameters(), record.grad_norm_clip)
-            record.optimizer.step()
+            if scaler is not None:
+                scaler.step(record.optimizer)
+            else:
+                record.optimizer.step()
+        if scaler is not None:
+            scaler.update()
+
+    def autocast(self) -> Any:
+        """The context the update's forward passes run in: CUDA autocast to float16 with
+        ``cfg["mixed_precision"]`` on a CUDA device, else nothing.
+        """
+        if self._grad_scaler is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=torch.float16)
+
+    def _make_grad_scaler(self) -> Optional[Any]:
+        if not self.cfg.get("mixed_precision", False):
+            return None
+        if self.device.type != "cuda":
+            warnings.warn(f"cfg['mixed_precision'] is True but {type(self).__name__} runs on {self.device}: mixed "
+                          "precision is a CUDA feature, so training goes on in float32", RuntimeWarning, stacklevel=3)
+            return None
+        return torch.amp.GradScaler("cuda")
 
     def mean_over_agents(self, group_values: Sequence[Mapping[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
         """``{key: mean over agents}`` from one ``{key: group mean}`` per group (groups weighted by size)."""
@@ -301,7 +359,7 @@ class MultiAgent:
                       "Evaluation / episode length": result["mean_length"]}
             values.update({f"Evaluation / return / {uid}": value for uid, value in result["returns"].items()})
             self.tracker.write_now(values, self.timestep)
-        if result["mean_return"] > self.best_return and self.experiment_dir is not None:
+        if result["mean_return"] > self.best_return and self.experiment_dir is not None and is_main_process():
             self.best_return = float(result["mean_return"])
             self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", "best_agent.pt"))
 
@@ -355,6 +413,12 @@ class MultiAgent:
                            f"parts this algorithm does not have {unknown}")
         for name, part in parts.items():
             check_part_fits(name, part, modules[name])
+        missing = sorted(set(self.counters()) - set(state.get("counters", {})))
+        if missing:
+            raise KeyError(f"checkpoint does not match this {type(self).__name__}: counters missing from it {missing}")
+        missing = sorted({"torch", "numpy", "python"} - set(state.get("rng", {})))
+        if missing:
+            raise KeyError(f"checkpoint has no rng state for {missing}")
         for uid, memory_state in state.get("memories", {}).items():
             group = next((g for g in self.groups if g.uids[0] == uid), None)
             if group is None:
@@ -377,10 +441,10 @@ class MultiAgent:
         for name, part in self.checkpoint_parts().items():
             part.load_state_dict(state["modules"][name])
         self.load_counters(state["counters"])
-        for group in self.groups:
+        set_rng_states(state["rng"])
+        for group in self.groups:  # last: the backup a failed load falls back on does not hold memories
             if group.uids[0] in state.get("memories", {}):
                 group.memory.load_state_dict(state["memories"][group.uids[0]])
-        set_rng_states(state["rng"])
         folder = state.get("experiment_dir")
         if self.experiment_dir is None and not self.cfg["experiment"]["experiment_name"] and folder \
                 and os.path.isdir(folder):
@@ -408,8 +472,8 @@ class MultiAgent:
             callback.on_checkpoint(self, path)
 
     def write_checkpoint(self) -> None:
-        """Write ``checkpoints/agent_<timestep>.pt`` into the experiment folder."""
-        if self.experiment_dir is not None:
+        """Write ``checkpoints/agent_<timestep>.pt`` into the experiment folder (rank 0 only under torchrun)."""
+        if self.experiment_dir is not None and is_main_process():
             self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt"))
 
     def close(self) -> None:

@@ -17,7 +17,7 @@ from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.losses import masked_mean
 from marlparts.agents.trained_model import TrainedModel
-from marlparts.resources.noises import GaussianNoise, linear_scale
+from marlparts.resources.noises import GaussianNoise, Noise, linear_scale
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
@@ -47,6 +47,7 @@ MADDPG_DEFAULT_CONFIG: Config = Config({
     "observation_preprocessor": None,  # applied to every agent's observations, e.g. RunningStandardScaler
     "observation_preprocessor_kwargs": {},
     "time_limit_bootstrap": True,      # truncated transitions bootstrap from the final observation (per agent allowed)
+    "mixed_precision": False,          # CUDA autocast (float16) and a gradient scaler in the update
     "experiment": EXPERIMENT_DEFAULTS,
 })
 
@@ -93,6 +94,7 @@ class MADDPG(MultiAgent):
         self._action_bounds: Dict[str, tuple] = {}
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         self.critic_columns: Dict[Tuple[int, str], torch.Tensor] = {}  # (group index, role) -> Q-value columns
+        self._evaluation_noises: Dict[int, Optional[Noise]] = {}
         noise_class = cfg["exploration"]["noise"]
         for index, group in enumerate(self.groups):
             self._check_group(group)
@@ -249,7 +251,7 @@ class MADDPG(MultiAgent):
                 if random:
                     chosen = low + torch.rand_like(output) * (high - low)
                 else:
-                    noise = group.noise
+                    noise = group.noise if self.training else self._evaluation_noise(group)
                     chosen = output + scale * noise.sample(output.shape) if explore and noise is not None else output
                     chosen = torch.max(torch.min(chosen, high), low)
             actions.update(unstack_agents(chosen, group.uids))
@@ -294,6 +296,15 @@ class MADDPG(MultiAgent):
                 group.noise.reset(copy_ended[:, :, 0].expand(-1, group.size))
         self.recorded_steps += 1
 
+    def _evaluation_noise(self, group: AgentGroup) -> Optional[Noise]:
+        """A noise of the group's kind for stochastic evaluation, apart from the training one (whose state it keeps)."""
+        index = self.groups.index(group)
+        if index not in self._evaluation_noises:
+            self._evaluation_noises[index] = None if group.noise is None else copy.deepcopy(group.noise)
+            if group.noise is not None:
+                self._evaluation_noises[index].reset()
+        return self._evaluation_noises[index]
+
     def cut_episodes(self) -> None:
         """The stored next observations already bootstrap a cut step; the noise processes restart."""
         for group in self.groups:
@@ -302,10 +313,12 @@ class MADDPG(MultiAgent):
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update every ``update_interval`` stored steps once ``learning_starts`` steps are stored
-        (counted by the agent, not by the trainer's ``timestep``, so several ``train()`` calls continue the count).
+        (counted by the agent, not by the trainer's ``timestep``, so several ``train()`` calls continue the count;
+        and held in the memory, so a run resumed from a checkpoint without its replay memory refills it first).
         """
-        steps = self.recorded_steps
-        if self.training and steps >= self.cfg["learning_starts"] and steps % self.cfg["update_interval"] == 0:
+        steps, memory = self.recorded_steps, self.groups[0].memory
+        stored = len(memory) // memory.num_envs  # a run resumed without its replay refills learning_starts steps
+        if self.training and min(steps, stored) >= self.cfg["learning_starts"] and steps % self.cfg["update_interval"] == 0:
             self.update(timestep, timesteps)
         super().post_interaction(timestep, timesteps)
 
@@ -353,7 +366,7 @@ class MADDPG(MultiAgent):
     def differentiable_actions(self, group: AgentGroup, outputs: torch.Tensor) -> torch.Tensor:
         """Policy outputs as critic inputs with gradient: straight-through Gumbel-softmax for discrete agents."""
         if self.discrete[group.uids[0]]:
-            return F.gumbel_softmax(outputs, tau=self.cfg["gumbel_temperature"], hard=True)
+            return F.gumbel_softmax(outputs, tau=group.cfg["gumbel_temperature"], hard=True)
         return outputs
 
     def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> torch.Tensor:
@@ -447,13 +460,15 @@ class MADDPG(MultiAgent):
         for _ in range(self.cfg["gradient_steps"]):
             self.gradient_step += 1
             batches = self.sample_batch()
-            critic_loss = self.critic_loss(batches, self.target_values(batches))
+            with self.autocast():
+                critic_loss = self.critic_loss(batches, self.target_values(batches))
             self.optimize(critics, critic_loss)
             critic_losses.append(critic_loss.detach())
             if self.update_actor_now():
                 for critic in critics:  # the actor loss needs gradients through the critics, not for them
                     critic.model.requires_grad_(False)
-                actor_loss = self.actor_loss(batches)
+                with self.autocast():
+                    actor_loss = self.actor_loss(batches)
                 self.optimize(policies, actor_loss)
                 for critic in critics:
                     critic.model.requires_grad_(True)

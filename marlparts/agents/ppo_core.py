@@ -18,6 +18,7 @@ from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
+from marlparts.utils.distributed import mean_over_ranks
 from marlparts.utils.spaces import action_size, flat_size, is_discrete
 
 PPO_DEFAULT_CONFIG: Config = Config({
@@ -43,6 +44,7 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "value_loss_scale": 1.0,              # (per agent allowed)
     "kl_threshold": 0.0,                  # stop the epochs early past this KL (0: never)
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
+    "mixed_precision": False,             # CUDA autocast (float16) and a gradient scaler in the update
     "experiment": EXPERIMENT_DEFAULTS,
 })
 
@@ -257,10 +259,15 @@ class MultiAgentPPO(MultiAgent):
         """Mark the last stored step of a rollout in progress as truncated, bootstrapped from the
         observation that followed it: the episodes are cut there (the env will be reset), so the
         advantage chain must neither run into the next episode nor treat the cut as terminal.
+        A partial rollout loaded from a checkpoint (whose next observation is unknown) is dropped.
         """
         memory = self.groups[0].memory
-        if self._next_observations is None or memory.memory_index == 0:
+        if memory.memory_index == 0:
             return  # nothing stored since the last update
+        if self._next_observations is None:  # a rollout loaded from a checkpoint: it cannot be bootstrapped
+            for group in self.groups:
+                group.memory.reset()
+            return
         step = memory.memory_index - 1
         with torch.no_grad():
             for group in self.groups:
@@ -386,10 +393,12 @@ class MultiAgentPPO(MultiAgent):
         for _ in range(self.cfg["learning_epochs"]):
             epoch = []
             for indexes in self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"]):
-                losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+                with self.autocast():
+                    losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
                 self.optimize(self.trained, losses["policy"] + losses["value"] + losses["entropy"])
                 epoch.append({key: value.detach() for key, value in losses.items()})
-            epochs.append({key: torch.stack([losses[key] for losses in epoch]).mean().item() for key in epoch[0]})
+            epochs.append({key: torch.stack([losses[key] for losses in epoch]).float().mean().item() for key in epoch[0]})
+            epochs[-1]["kl"] = mean_over_ranks(epochs[-1]["kl"])  # every rank stops, and schedules, on the same KL
             if self.cfg["kl_threshold"] and epochs[-1]["kl"] > self.cfg["kl_threshold"]:
                 break
         self.update_preprocessors()

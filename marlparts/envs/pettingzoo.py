@@ -10,6 +10,7 @@ from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import InProcessCopies, WorkerCopies
 from marlparts.envs.layout import EnvLayout
 from marlparts.utils.agent_tensors import AgentTensors
+from marlparts.utils.distributed import rank_and_world_size
 from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, copy_seeds
 
 
@@ -59,7 +60,8 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         self.device = torch.device(device)
         self.seed = seed
         self.seed_stream = seed_stream
-        self.copy_seeds = copy_seeds(seed, num_envs, seed_stream)
+        self.rank = rank_and_world_size()[0]  # under torchrun each rank's copies have their own streams
+        self.copy_seeds = copy_seeds(seed, num_envs, seed_stream, self.rank)
         self.check_finite = check_finite
         self._steps = 0
         if workers > 0:
@@ -95,7 +97,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         streams (the same ``seed`` gives the same episodes, as evaluation wants).
         """
         if seed is not None:
-            self.copy_seeds = copy_seeds(seed, self.num_envs, self.seed_stream)
+            self.copy_seeds = copy_seeds(seed, self.num_envs, self.seed_stream, self.rank)
         self.copies.reset(self.copy_seeds if seed is not None or not self._reset_done else None)
         self._reset_done = True
         self._steps = 0

@@ -6,6 +6,7 @@ import gymnasium
 import torch
 from torch import nn
 
+from marlparts.utils.distributed import all_reduce_sum, is_distributed
 from marlparts.utils.spaces import flat_size
 
 
@@ -34,13 +35,32 @@ class RunningStandardScaler(nn.Module):
         self._cached = None  # (dtype, mean, std) in the input dtype, rebuilt after each change
 
     def update(self, x: torch.Tensor) -> None:
-        """Fold the batch ``x`` (``(..., size)``) into the running statistics."""
+        """Fold the batch ``x`` (``(..., size)``) into the running statistics.
+
+        Under ``torchrun`` the batches of all ranks are folded in together (every rank must call
+        this at the same point, with an empty batch if it has none), so the statistics stay the
+        same on every rank.
+        """
         x = x.detach().reshape(-1, x.shape[-1])
+        if is_distributed():
+            x64 = x.double()
+            sums = all_reduce_sum(torch.cat([torch.tensor([x.shape[0]], dtype=torch.float64, device=x.device),
+                                             x64.sum(dim=0), x64.square().sum(dim=0)]))
+            batch_count, size = float(sums[0]), x.shape[-1]
+            if batch_count == 0:
+                return
+            batch_mean = sums[1:1 + size] / batch_count
+            batch_variance = (sums[1 + size:] / batch_count - batch_mean.square()).clamp(min=0.0)
+            self._fold(batch_mean, batch_variance, batch_count)
+            return
         batch_count = x.shape[0]
         if batch_count == 0:
             return
         batch_variance, batch_mean = torch.var_mean(x, dim=0, unbiased=False)
-        batch_variance, batch_mean = batch_variance.double(), batch_mean.double()
+        self._fold(batch_mean.double(), batch_variance.double(), batch_count)
+
+    def _fold(self, batch_mean: torch.Tensor, batch_variance: torch.Tensor, batch_count: float) -> None:
+        """Chan et al.'s parallel update of the running mean and variance with one batch's."""
         delta = batch_mean - self.running_mean
         total = self.current_count + batch_count
         m2 = (self.running_variance * self.current_count + batch_variance * batch_count

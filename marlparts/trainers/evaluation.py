@@ -33,14 +33,16 @@ class Episodes(NamedTuple):
     frames: Optional[np.ndarray]
 
 
-def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, record_video: bool = False) -> Episodes:
-    """Reset ``env`` (with its own seed, so every evaluation sees the same episodes) and run
-    ``episodes`` whole episodes, a fixed number per copy.
+def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optional[int],
+                     record_video: bool = False) -> Episodes:
+    """Reset ``env`` with ``seed`` (the same seed at every evaluation gives the same episodes) and
+    run ``episodes`` whole episodes, a fixed number per copy.
 
     Args:
         env: the evaluation copies.
         act: ``act(observations, states, infos) -> actions``.
         episodes: how many episodes to collect.
+        seed: the seed of the reset (None: unseeded).
         record_video: keep the frames of copy 0's first episode: its first frame and one per step,
             the last one included (``length + 1`` frames).
     """
@@ -49,7 +51,7 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, record_vide
     quota = episodes_per_copy(episodes, env.num_envs).to(env.device)
     finished = torch.zeros_like(quota)
     statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
-    observations, infos = env.reset(seed=env.seed)
+    observations, infos = env.reset(seed=seed)
     states = env.state()
     returns: List[torch.Tensor] = []
     lengths: List[torch.Tensor] = []

@@ -12,7 +12,9 @@ import tqdm
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import collect_episodes, summarise
+from marlparts.utils.distributed import all_gather_tensors, is_main_process
 from marlparts.utils.files import write_json_atomically
+from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, derived_seed
 from marlparts.utils.video import save_video
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
@@ -57,6 +59,7 @@ class SequentialTrainer(Trainer):
         self.statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
+        self._training_resets = 0
 
     def train(self) -> None:
         """Train for ``cfg["timesteps"]`` vectorized steps (fewer if a callback calls :meth:`stop`);
@@ -76,9 +79,7 @@ class SequentialTrainer(Trainer):
         try:
             for timestep in range(start, end):
                 if self._training_state is None:
-                    observations, infos = env.reset()
-                    self._training_state = (observations, env.state(), infos)
-                    self.statistics.reset()
+                    self._reset_training_env()
                 observations, states, infos = self._training_state
                 clock = [time.perf_counter()]
                 for agent in self.agents:
@@ -117,6 +118,19 @@ class SequentialTrainer(Trainer):
                     agent.tracker.write(agent.timestep)
             if self.cfg["close_environment_at_exit"]:
                 self._close_environments()
+
+    def _reset_training_env(self) -> None:
+        """Reset the training copies, the episodes in progress (if any) cut first. The first reset
+        uses the env's own seeds; a later one (after an evaluation on this env) draws new ones from
+        the run's seed, so training goes on with episodes it has not seen.
+        """
+        for agent in self.agents:
+            agent.cut_episodes()
+        seed = derived_seed(self.env.seed, TRAINING_STREAM, self._training_resets) if self._training_resets else None
+        self._training_resets += 1
+        observations, infos = self.env.reset(seed=seed)
+        self._training_state = (observations, self.env.state(), infos)
+        self.statistics.reset()
 
     def _episodes_ended(self, returns: torch.Tensor, lengths: torch.Tensor, recent: List[Deque[float]]) -> None:
         """Track ended training episodes: each algorithm its own agents' returns, and every team's mean return."""
@@ -158,11 +172,8 @@ class SequentialTrainer(Trainer):
     def _evaluation_env(self) -> MultiAgentEnv:
         if self.eval_env is None:
             self.eval_env = self.env.make_evaluation_env(int(self.cfg["eval_num_envs"] or self.env.num_envs)) or self.env
-        if self.eval_env is self.env and self._training_state is not None:
-            # no separate copies: the training episodes in progress end here
-            for agent in self.agents:
-                agent.cut_episodes()
-            self._training_state = None
+        if self.eval_env is self.env:
+            self._training_state = None  # no separate copies: the training episodes in progress end here
         return self.eval_env
 
     def eval(self, episodes: Optional[int] = None, *, video: Optional[bool] = None) -> Dict[str, Any]:
@@ -171,7 +182,8 @@ class SequentialTrainer(Trainer):
 
         Each evaluation env copy runs a fixed share of the episodes, all started after the
         evaluation began, from the same seeds every time, so results are not biased toward short
-        episodes and evaluations at different times are comparable.
+        episodes and evaluations at different times are comparable. Under ``torchrun`` each rank
+        runs ``episodes`` on its own copies and every rank gets the report of all of them.
 
         With ``video`` (default ``cfg["eval_video"]``), the first episode of evaluation copy 0 is
         recorded (the copies must render ``rgb_array`` frames) to
@@ -188,24 +200,28 @@ class SequentialTrainer(Trainer):
         """
         env = self._evaluation_env()
         episodes = int(episodes or self.cfg["eval_episodes"])
-        video = bool(self.cfg["eval_video"] if video is None else video)
+        video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
         for agent in self.agents:
             agent.set_mode("eval")
             agent.stochastic_evaluation = bool(self.cfg["stochastic_evaluation"])
         try:
+            # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
+            seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
             collected = collect_episodes(
                 env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep),
-                episodes, record_video=video)
+                episodes, seed=seed, record_video=video)
         finally:
             for agent in self.agents:
                 agent.set_mode("train")
         teams = {team: agent.possible_agents for team, agent in zip(self.teams, self.agents)}
-        report = summarise(collected.returns, collected.lengths, env.possible_agents, teams, timestep)
+        # under torchrun every rank evaluates its own copies and every rank gets the same report of all episodes
+        returns, lengths = all_gather_tensors(collected.returns), all_gather_tensors(collected.lengths)
+        report = summarise(returns, lengths, env.possible_agents, teams, timestep)
         if collected.frames is not None:
             report["videos"] = self._write_videos(collected.frames, timestep)
         for agent in self.agents:
-            if agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir):
+            if agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) and is_main_process():
                 write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
         self.notify("on_evaluation", report)
         return report

@@ -21,12 +21,16 @@ def merge_config(defaults: Mapping[str, Any], overrides: Mapping[str, Any], *, p
     A key of ``overrides`` that ``defaults`` does not have raises ``KeyError`` naming the
     key, where it is, and the closest valid key. Sub-dictionaries of the defaults are
     merged recursively, except ``*_kwargs`` dictionaries, which are replaced; any other
-    value is replaced.
+    value is replaced. Choosing another class for a key ``K`` that has a ``K_kwargs``
+    (``noise``, ``learning_rate_scheduler``, ...) without giving ``K_kwargs`` empties them.
     """
     merged = copy.deepcopy(dict(defaults))
     for key, value in (overrides or {}).items():
         if key not in merged:
             raise KeyError(f"unknown config key {path}[{key!r}]{_closest(key, merged)}")
+        arguments = f"{key}_kwargs"
+        if arguments in merged and arguments not in overrides and value is not defaults[key]:
+            merged[arguments] = {}  # another class: the default's keyword arguments are not its own
         nested = isinstance(merged[key], dict) and merged[key] and not str(key).endswith("_kwargs")
         if nested and isinstance(value, Mapping):
             merged[key] = merge_config(merged[key], value, path=f"{path}[{key!r}]")

@@ -9,12 +9,18 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import torch
 
+from marlparts.utils.distributed import rank_and_world_size
+
 TRAINING_STREAM = 0    # the seed stream of the training env copies
 EVALUATION_STREAM = 1  # the seed stream of the evaluation env copies
+RANK_STREAM = 2        # the seed stream of the random generators of ranks other than 0 (torchrun)
 
 
 def set_seed(seed: int, *, deterministic: bool = False) -> int:
     """Seed Python's ``random``, NumPy and PyTorch (CPU and CUDA) with ``seed``.
+
+    Under ``torchrun`` rank 0 uses ``seed`` and every other rank a seed of its own drawn from it,
+    so the ranks' action samples are independent.
 
     Args:
         seed: the seed; the same seed on the same machine gives the same run.
@@ -25,6 +31,9 @@ def set_seed(seed: int, *, deterministic: bool = False) -> int:
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"set_seed expects an int seed, got {seed!r}")
+    rank = rank_and_world_size()[0]
+    if rank > 0:  # under torchrun every rank samples from its own streams
+        seed = int(np.random.SeedSequence(seed, spawn_key=(RANK_STREAM, rank)).generate_state(1, dtype=np.uint32)[0])
     os.environ["PYTHONHASHSEED"] = str(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -35,21 +44,32 @@ def set_seed(seed: int, *, deterministic: bool = False) -> int:
     return seed
 
 
-def copy_seeds(seed: Optional[int], count: int, stream: int = TRAINING_STREAM) -> List[Optional[int]]:
+def copy_seeds(seed: Optional[int], count: int, stream: int = TRAINING_STREAM, rank: int = 0) -> List[Optional[int]]:
     """One seed per env copy, each from its own stream of NumPy's ``SeedSequence``.
 
     Copy ``i`` of run seed ``s`` gets the ``i``-th child of ``SeedSequence(s, spawn_key=(stream,))``,
     so no two copies share a stream, whether of one run or of runs with different seeds
     (``seed + i`` would give run 0's copy ``k + 1`` the stream of run 1's copy ``k``), and the
-    evaluation copies (``stream=1``) never replay a training copy's episodes.
+    evaluation copies (``stream=1``) never replay a training copy's episodes. The copies of a
+    ``torchrun`` rank ``r > 0`` draw from ``spawn_key=(stream, r)``.
 
     Returns:
         ``count`` seeds below 2**63, or ``count`` times ``None`` when ``seed`` is None (unseeded).
     """
     if seed is None:
         return [None] * count
-    children = np.random.SeedSequence(seed, spawn_key=(stream,)).spawn(count)
+    key = (stream,) if rank == 0 else (stream, rank)
+    children = np.random.SeedSequence(seed, spawn_key=key).spawn(count)
     return [int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for child in children]
+
+
+def derived_seed(seed: Optional[int], *key: int) -> Optional[int]:
+    """A new run-level seed drawn from ``seed`` by ``key`` (None stays None): the seed of a
+    re-seeded reset, whose copies then get their own streams from it as usual.
+    """
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence(seed, spawn_key=key).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
 
 
 def rng_states() -> Dict[str, Any]:
@@ -76,5 +96,6 @@ def set_rng_states(states: Dict[str, Any]) -> None:
                          numpy["cached_gaussian"]))
     python = states["python"]
     random.setstate((python["version"], tuple(int(v) for v in python["state"].tolist()), python["gauss"]))
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([state.cpu() for state in states["cuda"]])
+    if "cuda" in states and torch.cuda.is_available():  # as many devices as both machines have
+        for device, state in enumerate(states["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(state.cpu(), device)

@@ -1,0 +1,145 @@
+"""Data-parallel training over ``torchrun`` ranks, on ``torch.distributed``.
+
+Launch a script with ``torchrun --nproc_per_node=N script.py`` (add torchrun's own ``--nnodes``,
+``--node_rank`` and ``--rdzv_endpoint`` options for several machines) and call
+:func:`init_distributed` at its start. Then each rank steps its own env copies from its own seed
+streams; the algorithms broadcast their parameters from rank 0 before training, average
+gradients with one all-reduce per optimizer step over one flat buffer, combine the
+preprocessors' and value normalisers' statistics across ranks, and only rank 0 writes logs,
+checkpoints and reports. Without ``torchrun`` every function here is a no-op for one process.
+"""
+
+import os
+import warnings
+from typing import Any, Iterable, List, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    """True in a run of several ranks (the process group initialised, world size above 1)."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank_and_world_size() -> Tuple[int, int]:
+    """``(rank, world size)``: ``(0, 1)`` outside a distributed run."""
+    if not is_distributed():
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def is_main_process() -> bool:
+    """True on rank 0 (and outside a distributed run): the process that writes logs and checkpoints."""
+    return rank_and_world_size()[0] == 0
+
+
+def init_distributed(backend: str = "auto") -> Tuple[int, int]:
+    """Join the process group that ``torchrun`` describes in the environment (``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``...); nothing happens when the script was not started by ``torchrun``.
+
+    Args:
+        backend: ``"gloo"`` (CPU), ``"nccl"`` (CUDA) or ``"auto"``: nccl where CUDA is available, else gloo.
+            On CUDA each rank uses the GPU of its ``LOCAL_RANK``.
+
+    Returns:
+        ``(rank, world size)``.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
+        return rank_and_world_size()
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend=backend)
+    return rank_and_world_size()
+
+
+def local_device() -> torch.device:
+    """``cuda:<LOCAL_RANK>`` in a distributed run on CUDA, else the default CUDA device or the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([tensor.reshape(-1) for tensor in tensors])
+
+
+def _unflatten_into(flat: torch.Tensor, tensors: Sequence[torch.Tensor]) -> None:
+    offset = 0
+    for tensor in tensors:
+        tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
+        offset += tensor.numel()
+
+
+def broadcast_tensors(tensors: Sequence[torch.Tensor], source: int = 0) -> None:
+    """Give every rank the values of ``tensors`` on rank ``source``, through one flat broadcast."""
+    if not is_distributed() or not tensors:
+        return
+    with torch.no_grad():
+        flat = _flat(tensors)
+        dist.broadcast(flat, src=source)
+        _unflatten_into(flat, tensors)
+
+
+def average_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
+    """Replace each parameter's gradient by its mean over the ranks: one all-reduce of one flat buffer.
+
+    Parameters without a gradient on this step count as zero gradients (every rank must pass the same
+    parameters in the same order).
+    """
+    if not is_distributed():
+        return
+    parameters = list(parameters)
+    for parameter in parameters:
+        if parameter.grad is None:
+            parameter.grad = torch.zeros_like(parameter)
+    gradients = [parameter.grad for parameter in parameters]
+    flat = _flat(gradients)
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    _unflatten_into(flat, gradients)
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of ``tensor`` over the ranks (``tensor`` itself outside a distributed run)."""
+    if not is_distributed():
+        return tensor
+    tensor = tensor.clone()
+    dist.all_reduce(tensor)
+    return tensor
+
+
+def mean_over_ranks(value: float) -> float:
+    """The mean of a number over the ranks (e.g. the KL that a learning-rate schedule follows)."""
+    if not is_distributed():
+        return float(value)
+    return float(all_reduce_sum(torch.tensor([float(value)], dtype=torch.float64))) / dist.get_world_size()
+
+
+def all_gather_tensors(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` of every rank concatenated along the first dimension, in rank order (sizes may differ)."""
+    if not is_distributed():
+        return tensor
+    gathered: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, tensor.cpu())
+    return torch.cat(gathered).to(tensor.device)
+
+
+def check_same_on_every_rank(description: str, what: str) -> None:
+    """Raise ``ValueError`` on every rank if ``description`` differs from rank 0's (e.g. agents and spaces)."""
+    if not is_distributed():
+        return
+    descriptions: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(descriptions, description)
+    differing = [rank for rank, other in enumerate(descriptions) if other != descriptions[0]]
+    if differing:
+        raise ValueError(f"the ranks do not agree on {what}: rank 0 has {descriptions[0]}, rank {differing[0]} has "
+                         f"{descriptions[differing[0]]}")
+
+
+def warn_once_per_run(message: str) -> None:
+    """A warning shown by rank 0 only."""
+    if is_main_process():
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
