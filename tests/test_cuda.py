@@ -64,3 +64,19 @@ def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cp
         assert torch.allclose(cpu_actions[uid].float(), actions[uid].cpu().float(), atol=1e-4), uid
     for opened in (env, gpu_env, cpu_env):
         opened.close()
+
+
+@pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_maddpg"])
+def test_mixed_precision_trains_on_cuda(name, tmp_path):
+    example = load_example(name)
+    set_seed(0)
+    env = example.make_env(4, seed=0, device="cuda")
+    agent = example.make_agent(env, str(tmp_path), mixed_precision=True,
+                               experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0})
+    assert agent._grad_scaler is not None
+    before = [parameter.detach().clone() for model in agent.distinct_models() for parameter in model.parameters()]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 120, "disable_progressbar": True}).train()
+    after = [parameter.detach() for model in agent.distinct_models() for parameter in model.parameters()]
+    assert all(torch.isfinite(parameter).all() for parameter in after)
+    assert any(not torch.equal(a, b) for a, b in zip(before, after)), "no parameter changed: no update ran"
+    env.close()

@@ -162,3 +162,11 @@ def test_early_stopping_ends_training_at_the_evaluation_that_reaches_the_thresho
     assert agent.timestep == 10 and stopper.stopped_at == 10
     with pytest.raises(TypeError, match="Callback"):
         SequentialTrainer(env=env, agents=agent, callbacks=[lambda *args: None])
+
+
+def test_mixed_precision_on_the_cpu_is_a_noted_no_op(tmp_path):
+    env = spread()
+    with pytest.warns(RuntimeWarning, match="mixed precision is a CUDA feature"):
+        agent = build_mappo(env, rollouts=5, directory=str(tmp_path), cfg={"mixed_precision": True})
+    assert agent._grad_scaler is None
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()

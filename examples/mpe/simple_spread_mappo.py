@@ -132,7 +132,7 @@ def main() -> None:
         if is_main_process():
             checkpoint = os.path.join(agent.experiment_dir, "checkpoints", "final_agent.pt")
             agent.save(checkpoint)
-            print(f"trained {steps} env steps on {world_size} rank(s) in {seconds:.1f} s: "
+            print(f"trained {steps} env steps on {world_size} rank(s) in {seconds:.2f} s: "
                   f"{steps / seconds:.0f} env steps per second")
             print(f"checkpoint: {checkpoint}")
     result = trainer.eval()

@@ -227,12 +227,14 @@ class MultiAgent:
         """
         if not is_distributed():
             return
-        shapes = {name: [tuple(t.shape) for t in part.state_dict().values() if isinstance(t, torch.Tensor)]
-                  for name, part in self.checkpoint_parts().items() if isinstance(part, torch.nn.Module)}
-        description = repr((type(self).__name__, self.possible_agents,
-                            {uid: repr(self.observation_spaces[uid]) for uid in self.possible_agents},
-                            {uid: repr(self.action_spaces[uid]) for uid in self.possible_agents}, shapes))
-        check_same_on_every_rank(description, f"the {type(self).__name__} agents, spaces and model shapes")
+        description = {"the algorithm": type(self).__name__, "the agents": self.possible_agents}
+        for uid in self.possible_agents:
+            description[f"the observation space of {uid}"] = repr(self.observation_spaces[uid])
+            description[f"the action space of {uid}"] = repr(self.action_spaces[uid])
+        for name, part in self.checkpoint_parts().items():
+            if isinstance(part, torch.nn.Module):
+                description[f"the tensor shapes of {name}"] = [tuple(t.shape) for t in part.state_dict().values()]
+        check_same_on_every_rank(description, "what they train")
         tensors = [t for part in self.checkpoint_parts().values() if isinstance(part, torch.nn.Module)
                    for t in part.state_dict().values() if isinstance(t, torch.Tensor) and t.is_floating_point()]
         broadcast_tensors(tensors)

@@ -11,7 +11,7 @@ checkpoints and reports. Without ``torchrun`` every function here is a no-op for
 
 import os
 import warnings
-from typing import Any, Iterable, List, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -127,16 +127,19 @@ def all_gather_tensors(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(gathered).to(tensor.device)
 
 
-def check_same_on_every_rank(description: str, what: str) -> None:
-    """Raise ``ValueError`` on every rank if ``description`` differs from rank 0's (e.g. agents and spaces)."""
+def check_same_on_every_rank(description: Mapping[str, Any], what: str) -> None:
+    """Raise ``ValueError`` on every rank, naming the first entry that differs, if ``description``
+    (e.g. ``{"observation space of agent_0": ..., ...}``) is not rank 0's.
+    """
     if not is_distributed():
         return
     descriptions: List[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(descriptions, description)
-    differing = [rank for rank, other in enumerate(descriptions) if other != descriptions[0]]
-    if differing:
-        raise ValueError(f"the ranks do not agree on {what}: rank 0 has {descriptions[0]}, rank {differing[0]} has "
-                         f"{descriptions[differing[0]]}")
+    dist.all_gather_object(descriptions, dict(description))
+    for rank, other in enumerate(descriptions):
+        for key in list(descriptions[0]) + [key for key in other if key not in descriptions[0]]:
+            mine, theirs = descriptions[0].get(key, "nothing"), other.get(key, "nothing")
+            if mine != theirs:
+                raise ValueError(f"the ranks do not agree on {what}: {key} is {mine} on rank 0 but {theirs} on rank {rank}")
 
 
 def warn_once_per_run(message: str) -> None:
