@@ -82,7 +82,7 @@ def test_target_values_bootstrap_unless_terminated():
     assert terminated[1, 1] and terminated.sum() == 1  # agent_1 terminated on step 2 (index 1)
     rewards = batches[0]["rewards"].squeeze(-1)
     with torch.no_grad():
-        next_actions = agent.joint([agent.target_actions(agent.groups[0], batches[0]["next_observations"])])
+        next_actions = agent.joint([agent.target_actions(agent.groups[0], batches[0]["next_observations"])[0]])
         next_q = agent.next_q_values(agent.groups[0], agent.critic_observations(batches, "next_observations"),
                                      next_actions)
     assert torch.allclose(targets, rewards + 0.5 * (~terminated) * next_q)
@@ -346,3 +346,16 @@ def test_choosing_another_noise_class_drops_the_default_noise_arguments():
     env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
     agent = build(env, cfg={"exploration": {"noise": OrnsteinUhlenbeckNoise}})
     assert isinstance(agent.groups[0].noise, OrnsteinUhlenbeckNoise)
+
+
+def test_with_own_actions_places_each_agents_action_in_its_own_row():
+    from marlparts.utils import with_own_actions
+
+    joint = torch.arange(2 * 7, dtype=torch.float32).reshape(2, 7)  # 3 agents with widths 2, 3, 2
+    own = -torch.ones(2, 2, 2, requires_grad=True)  # a group of agents 0 and 2 (width 2, offsets 0 and 5)
+    replaced = with_own_actions(joint, own * torch.tensor([1.0, 2.0]).reshape(1, 2, 1), [0, 5])
+    assert replaced.shape == (2, 2, 7)
+    assert replaced[0, 0].tolist() == [-1, -1, 2, 3, 4, 5, 6]       # agent 0's row: its columns replaced
+    assert replaced[0, 1].tolist() == [0, 1, 2, 3, 4, -2, -2]       # agent 2's row: its columns replaced
+    replaced.sum().backward()
+    assert own.grad.tolist() == [[[1, 1], [2, 2]]] * 2

@@ -4,6 +4,8 @@ This file is the template for a new algorithm built on an existing one: it overr
 pieces that differ and inherits acting, storage, sampling and the update loop.
 """
 
+from typing import Tuple
+
 import torch
 
 from marlparts.agents.groups import AgentGroup
@@ -40,16 +42,16 @@ class MATD3(MADDPG):
         return torch.min(*(self.q_values(group.trained[role].target, next_x, next_actions, self.critic_columns[(index, role)])
                            for role in self.CRITIC_ROLES))
 
-    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> torch.Tensor:
+    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> Tuple[torch.Tensor, None]:
         """Target actions with clipped noise for continuous agents, kept inside the action space."""
-        actions = super().target_actions(group, next_observations)
+        actions, _ = super().target_actions(group, next_observations)
         uid = group.uids[0]
         if self.discrete[uid]:
-            return actions
+            return actions, None
         clip = self.cfg["smooth_regularization_clip"]
         noise = (torch.randn_like(actions) * self.cfg["smooth_regularization_std"]).clamp(-clip, clip)
         low, high = self._bounds(uid, actions)
-        return torch.max(torch.min(actions + noise, high), low)
+        return torch.max(torch.min(actions + noise, high), low), None
 
     def update_actor_now(self) -> bool:
         """Every ``policy_delay``-th gradient step."""

@@ -107,3 +107,28 @@ def stack_agents(tensors: Mapping[str, torch.Tensor], uids: Sequence[str]) -> to
 def unstack_agents(tensor: torch.Tensor, uids: Sequence[str]) -> Dict[str, torch.Tensor]:
     """Inverse of :func:`stack_agents`: a ``(batch, agents, ...)`` tensor to ``{uid: (batch, ...)}``."""
     return dict(zip(uids, tensor.unbind(dim=1)))
+
+
+def with_own_actions(joint_actions: torch.Tensor, own_actions: torch.Tensor, offsets: Sequence[int]) -> torch.Tensor:
+    """For each agent ``g`` of a group, the joint action with agent ``g``'s own part replaced.
+
+    Args:
+        joint_actions: ``(batch, total)`` every agent's action side by side.
+        own_actions: ``(batch, agents, width)`` the group's agents' replacement actions.
+        offsets: the first column of each of the group's agents in ``joint_actions``.
+
+    Returns:
+        ``(batch, agents, total)``: row ``g`` is ``joint_actions`` with columns
+        ``offsets[g]:offsets[g] + width`` taken from ``own_actions[:, g]`` (gradients flow to
+        ``own_actions``); the other agents' columns stay as they were. This is how MADDPG's
+        actor loss evaluates ``Q_i(x, a_1, ..., μ_i(o_i), ..., a_N)`` for all agents of a group at once.
+    """
+    batch, agents, width = own_actions.shape
+    if len(offsets) != agents:
+        raise ValueError(f"{len(offsets)} offsets for {agents} agents")
+    columns = torch.as_tensor(list(offsets), device=own_actions.device).unsqueeze(-1) \
+        + torch.arange(width, device=own_actions.device)                                   # (agents, width)
+    rows = torch.arange(agents, device=own_actions.device).unsqueeze(-1).expand(agents, width)
+    replaced = joint_actions.unsqueeze(1).expand(batch, agents, joint_actions.shape[-1]).clone()
+    replaced[:, rows, columns] = own_actions
+    return replaced
