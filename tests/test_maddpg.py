@@ -352,7 +352,7 @@ def test_with_own_actions_places_each_agents_action_in_its_own_row():
     from marlparts.utils import with_own_actions
 
     joint = torch.arange(2 * 7, dtype=torch.float32).reshape(2, 7)  # 3 agents with widths 2, 3, 2
-    own = -torch.ones(2, 2, 2, requires_grad=True)  # a group of agents 0 and 2 (width 2, offsets 0 and 5)
+    own = torch.full((2, 2, 2), -1.0, requires_grad=True)  # a group of agents 0 and 2 (width 2, offsets 0 and 5)
     replaced = with_own_actions(joint, own * torch.tensor([1.0, 2.0]).reshape(1, 2, 1), [0, 5])
     assert replaced.shape == (2, 2, 7)
     assert replaced[0, 0].tolist() == [-1, -1, 2, 3, 4, 5, 6]       # agent 0's row: its columns replaced
