@@ -24,6 +24,9 @@ EXAMPLES = {
     "maddpg": ROOT / "examples/mpe/simple_spread_maddpg.py",
     "maddpg_discrete": ROOT / "examples/mpe/simple_spread_maddpg.py",
     "matd3": ROOT / "examples/mpe/simple_spread_matd3.py",
+    "qmix": ROOT / "examples/mpe/simple_spread_qmix.py",
+    "vdn": ROOT / "examples/mpe/simple_spread_vdn.py",
+    "masac": ROOT / "examples/mpe/simple_spread_masac.py",
 }
 
 

@@ -4,8 +4,15 @@ from marlparts.agents.base import MultiAgent
 from marlparts.agents.ippo import IPPO, IPPO_DEFAULT_CONFIG
 from marlparts.agents.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
 from marlparts.agents.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.agents.masac import MASAC, MASAC_DEFAULT_CONFIG
 from marlparts.agents.matd3 import MATD3, MATD3_DEFAULT_CONFIG
-from marlparts.agents.ppo_core import MultiAgentPPO
+from marlparts.agents.off_policy import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
+from marlparts.agents.ppo_core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.agents.qmix import QMIX, QMIX_DEFAULT_CONFIG
+from marlparts.agents.vdn import VDN, VDN_DEFAULT_CONFIG
 
-__all__ = ["IPPO", "IPPO_DEFAULT_CONFIG", "MADDPG", "MADDPG_DEFAULT_CONFIG", "MAPPO", "MAPPO_DEFAULT_CONFIG", "MATD3",
-           "MATD3_DEFAULT_CONFIG", "MultiAgent", "MultiAgentPPO"]
+__all__ = [
+    "IPPO", "IPPO_DEFAULT_CONFIG", "MADDPG", "MADDPG_DEFAULT_CONFIG", "MAPPO", "MAPPO_DEFAULT_CONFIG", "MASAC",
+    "MASAC_DEFAULT_CONFIG", "MATD3", "MATD3_DEFAULT_CONFIG", "MultiAgent", "MultiAgentPPO", "OFF_POLICY_DEFAULT_CONFIG",
+    "OffPolicyMultiAgent", "PPO_DEFAULT_CONFIG", "QMIX", "QMIX_DEFAULT_CONFIG", "VDN", "VDN_DEFAULT_CONFIG",
+]

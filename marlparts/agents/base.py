@@ -100,7 +100,8 @@ class MultiAgent:
         self.groups: List[AgentGroup] = build_groups(self.possible_agents, self.models, self.ROLES, memories)
         for group in self.groups:
             what = f"the group {group.uids} that shares models"
-            group.cfg = {key: agreed_value(self.cfg, key, group.uids, what) for key in self.PER_AGENT_KEYS}
+            group.cfg = {key: agreed_value(self.cfg, key, group.uids, what) if key in self.PER_AGENT_KEYS else value
+                         for key, value in self.cfg.items()}
         self._distinct: Dict[Optional[str], List[Model]] = {}
         for model in self.distinct_models():
             model.to(self.device)

@@ -17,8 +17,8 @@ class AgentGroup:
         memory: storage for the whole group (the memory given for its first agent), with an
             agent axis: tensors of shape ``(memory_size, num_envs, len(uids), *size)``.
         agent_indexes: positions of ``uids`` in ``possible_agents`` (for one-hot agent ids).
-        cfg: the group's configuration values, per-agent values resolved (every agent of the
-            group has the same value).
+        cfg: the algorithm's configuration for this group: per-agent values resolved (every
+            agent of the group has the same value), every other key as it is.
         trained: ``role -> TrainedModel``, the record of each model the algorithm trains.
         noise: the exploration noise of algorithms that add one (off-policy methods), else None.
         cache: values of the current step passed from ``act`` to ``record_transition``.

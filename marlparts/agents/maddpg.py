@@ -78,9 +78,7 @@ class MADDPG(OffPolicyMultiAgent):
             offsets[uid] = start
             start += self.action_widths[uid]
         self.action_offsets = offsets
-        self._group_order = [uid for group in self.groups for uid in group.uids]
         self._action_bounds: Dict[str, tuple] = {}
-        self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         self.critic_columns: Dict[Tuple[int, str], torch.Tensor] = {}  # (group index, role) -> Q-value columns
         noise_class = cfg["exploration"]["noise"]
         for index, group in enumerate(self.groups):
@@ -181,25 +179,6 @@ class MADDPG(OffPolicyMultiAgent):
         return actions
 
     # ----------------------------------------------------------------------------- joint inputs
-    def joint(self, parts: List[torch.Tensor]) -> torch.Tensor:
-        """Concatenate per-group ``(batch, group, width)`` tensors into ``(batch, total)`` in agent order."""
-        joined = torch.cat([part.flatten(1) for part in parts], dim=1)
-        widths = tuple(part.shape[-1] for part in parts)
-        if widths not in self._joint_columns:
-            self._joint_columns[widths] = self._agent_order_columns(widths)
-        columns = self._joint_columns[widths]
-        return joined if columns is None else joined[:, columns.to(joined.device)]
-
-    def _agent_order_columns(self, widths: tuple) -> Optional[torch.Tensor]:
-        """Column permutation from group order to agent order (None when they agree)."""
-        if self._group_order == self.possible_agents:
-            return None
-        agent_widths = [width for group, width in zip(self.groups, widths) for _ in group.uids]
-        starts = [sum(agent_widths[:i]) for i in range(len(agent_widths))]
-        position = {uid: i for i, uid in enumerate(self._group_order)}
-        return torch.cat([torch.arange(starts[position[uid]], starts[position[uid]] + agent_widths[position[uid]])
-                          for uid in self.possible_agents])
-
     def action_inputs(self, group: AgentGroup, actions: torch.Tensor) -> torch.Tensor:
         """Stored actions ``(batch, group, columns)`` as critic inputs: one-hot for discrete agents."""
         uid = group.uids[0]
@@ -232,21 +211,28 @@ class MADDPG(OffPolicyMultiAgent):
         return self.differentiable_actions(group, outputs), log_prob
 
     def next_q_values(self, group: AgentGroup, next_x: torch.Tensor, next_actions: torch.Tensor) -> torch.Tensor:
-        """``Q'(x', a')`` of the group's target critic, ``(batch, group)``."""
+        """``Q'(x', a')`` of the group's target critic (the smallest over the target critics when there are
+        several, as in MATD3 and MASAC), ``(batch, group)``.
+        """
         index = self.groups.index(group)
-        return self.q_values(group.trained["critic"].target, next_x, next_actions, self.critic_columns[(index, "critic")])
+        return torch.stack([self.q_values(group.trained[role].target, next_x, next_actions, self.critic_columns[(index, role)])
+                            for role in self.CRITIC_ROLES]).min(dim=0).values
+
+    def next_values(self, group: AgentGroup, q_next: torch.Tensor, log_prob: Optional[torch.Tensor]) -> torch.Tensor:
+        """The value of the next step that the TD target discounts, ``(batch, group)``: ``Q'`` (MADDPG)."""
+        return q_next
 
     def target_values(self, batches: List[Dict[str, torch.Tensor]]) -> List[torch.Tensor]:
         """TD targets ``y = r + γ (1 − terminated) Q'(x', a'_1..a'_N)`` per group, ``(batch, group)``."""
         with torch.no_grad():
-            next_actions = self.joint([self.target_actions(g, b["next_observations"])[0]
-                                       for g, b in zip(self.groups, batches)])
+            sampled = [self.target_actions(g, b["next_observations"]) for g, b in zip(self.groups, batches)]
+            next_actions = self.joint([actions for actions, _ in sampled])
             next_x = self.critic_observations(batches, "next_observations")
             targets = []
-            for group, batch in zip(self.groups, batches):
-                q_next = self.next_q_values(group, next_x, next_actions)
-                not_done = (~batch["terminated"]).squeeze(-1).to(q_next.dtype)
-                targets.append(batch["rewards"].squeeze(-1) + group.cfg["discount_factor"] * not_done * q_next)
+            for group, batch, (_, log_prob) in zip(self.groups, batches, sampled):
+                next_value = self.next_values(group, self.next_q_values(group, next_x, next_actions), log_prob)
+                not_done = (~batch["terminated"]).squeeze(-1).to(next_value.dtype)
+                targets.append(batch["rewards"].squeeze(-1) + group.cfg["discount_factor"] * not_done * next_value)
         return targets
 
     def critic_loss(self, batches: List[Dict[str, torch.Tensor]], targets: List[torch.Tensor]) -> torch.Tensor:

@@ -25,7 +25,7 @@ class MATD3(MADDPG):
     differs from :class:`MADDPG`, and is all this class overrides:
 
     1. twin critics: both are fitted to one target that takes the smaller of the two target
-       Q-values (:meth:`next_q_values`);
+       Q-values (MADDPG's :meth:`next_q_values` takes the smallest over ``CRITIC_ROLES``);
     2. target policy smoothing: clipped Gaussian noise on the target actions of continuous
        agents (:meth:`target_actions`);
     3. delayed updates: actors and targets move every ``policy_delay`` critic steps
@@ -35,12 +35,6 @@ class MATD3(MADDPG):
     DEFAULT_CONFIG = MATD3_DEFAULT_CONFIG
     ROLES = ("policy", "critic", "critic_2")
     CRITIC_ROLES = ("critic", "critic_2")
-
-    def next_q_values(self, group: AgentGroup, next_x: torch.Tensor, next_actions: torch.Tensor) -> torch.Tensor:
-        """The smaller of the two target critics' Q-values."""
-        index = self.groups.index(group)
-        return torch.min(*(self.q_values(group.trained[role].target, next_x, next_actions, self.critic_columns[(index, role)])
-                           for role in self.CRITIC_ROLES))
 
     def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> Tuple[torch.Tensor, None]:
         """Target actions with clipped noise for continuous agents, kept inside the action space."""

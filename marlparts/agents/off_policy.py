@@ -67,6 +67,8 @@ class OffPolicyMultiAgent(MultiAgent):
         self.gradient_step = 0
         self._evaluation_noises: Dict[int, Optional[Noise]] = {}
         self._has_action_mask = False
+        self._group_order = [uid for group in self.groups for uid in group.uids]
+        self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         for group in self.groups:
             memory = group.memory
             if memory.memory_size * memory.num_envs < self.cfg["batch_size"]:
@@ -208,11 +210,13 @@ class OffPolicyMultiAgent(MultiAgent):
                 next_obs = torch.where(ended, stack_agents(final, group.uids), next_obs)
             if not group.cfg["time_limit_bootstrap"]:
                 done = done | truncated_group
+            # whether the agent has a next step to value: present at the next step in the same episode, or cut
+            # off by a time limit (bootstrapped from its final observation); not after it terminated or had left
+            present = torch.ones_like(done) if next_active is None else stack_agents(next_active, group.uids).bool()
+            continues = (present & ~ended) | (ended & ~done & group.cache["active"])
             samples = {"observations": stack_agents(observations, group.uids), "next_observations": next_obs,
                        "actions": stack_agents(actions, group.uids), "rewards": stack_agents(rewards, group.uids).float(),
-                       "terminated": done, "active": group.cache["active"],
-                       "next_active": (torch.ones_like(done) if next_active is None
-                                       else stack_agents(next_active, group.uids).bool()) & ~ended}
+                       "terminated": done, "active": group.cache["active"], "next_active": continues}
             if self.uses_state():
                 samples["states"] = states
                 samples["next_states"] = (torch.where(copy_ended[:, 0], infos["final_state"], next_states)
@@ -273,6 +277,25 @@ class OffPolicyMultiAgent(MultiAgent):
             batch["next_observations"] = self._observations(group, batch["next_observations"])
             batches.append(batch)
         return batches
+
+    def joint(self, parts: List[torch.Tensor]) -> torch.Tensor:
+        """Concatenate per-group ``(batch, group, width)`` tensors into ``(batch, total)`` in agent order."""
+        joined = torch.cat([part.flatten(1) for part in parts], dim=1)
+        widths = tuple(part.shape[-1] for part in parts)
+        if widths not in self._joint_columns:
+            self._joint_columns[widths] = self._agent_order_columns(widths)
+        columns = self._joint_columns[widths]
+        return joined if columns is None else joined[:, columns.to(joined.device)]
+
+    def _agent_order_columns(self, widths: tuple) -> Optional[torch.Tensor]:
+        """Column permutation from group order to agent order (None when they agree)."""
+        if self._group_order == self.possible_agents:
+            return None
+        agent_widths = [width for group, width in zip(self.groups, widths) for _ in group.uids]
+        starts = [sum(agent_widths[:i]) for i in range(len(agent_widths))]
+        position = {uid: i for i, uid in enumerate(self._group_order)}
+        return torch.cat([torch.arange(starts[position[uid]], starts[position[uid]] + agent_widths[position[uid]])
+                          for uid in self.possible_agents])
 
     def update_targets(self, records: Optional[Sequence[TrainedModel]] = None) -> None:
         """Soft-update the target networks (of ``records``, or of every trained model) towards their models."""

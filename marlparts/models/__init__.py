@@ -5,5 +5,7 @@ from marlparts.models.base import Model, mlp
 from marlparts.models.categorical import CategoricalMixin
 from marlparts.models.deterministic import DeterministicMixin
 from marlparts.models.gaussian import GaussianMixin
+from marlparts.models.mixers import QMixer
+from marlparts.models.squashed_gaussian import SquashedGaussianMixin
 
-__all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "Tanh", "mlp"]
+__all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "QMixer", "SquashedGaussianMixin", "Tanh", "mlp"]

@@ -1,0 +1,128 @@
+"""QMIX and VDN: monotonic mixing, double-Q team targets, masks, inactive agents, bad input."""
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from toy_envs import ContinuousEnv, CountingEnv
+
+from marlparts.agents import QMIX, QMIX_DEFAULT_CONFIG, VDN, VDN_DEFAULT_CONFIG
+from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import DeterministicMixin, Model, QMixer, mlp
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+
+
+class Utility(DeterministicMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(32,))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def build(env, algorithm=QMIX, cfg=None, share=True, with_state=True, memory_size=500):
+    uid = env.possible_agents[0]
+    outputs = env.action_space(uid).n if hasattr(env.action_space(uid), "n") else 2
+    shared = Utility(observation_space=env.observation_space(uid), output_size=outputs)
+    models = {u: {"q": shared if share else Utility(observation_space=env.observation_space(u), output_size=outputs)}
+              for u in env.possible_agents}
+    if algorithm is QMIX:
+        mixer = QMixer(state_space=env.state_space, num_agents=env.num_agents)
+        for roles in models.values():
+            roles["mixer"] = mixer
+    base = (QMIX_DEFAULT_CONFIG if algorithm is QMIX else VDN_DEFAULT_CONFIG).copy()
+    base.update(batch_size=128, learning_starts=10, discount_factor=0.9)
+    base["exploration"]["timesteps"] = 200
+    base["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
+    base.update(cfg or {})
+    return algorithm(possible_agents=env.possible_agents, models=models,
+                     memories={u: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for u in env.possible_agents},
+                     observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                     state_spaces=env.state_spaces if with_state else None, cfg=base)
+
+
+def test_the_qmix_mixer_is_monotonic_in_every_agents_value():
+    torch.manual_seed(0)
+    mixer = QMixer(state_space=gymnasium.spaces.Box(-1, 1, (6,), np.float32), num_agents=3)
+    values = torch.randn(64, 3, requires_grad=True)
+    team, _, _ = mixer.act({"observations": torch.randn(64, 6), "agent_values": values})
+    team.sum().backward()
+    assert (values.grad >= 0).all()
+
+
+@pytest.mark.parametrize("algorithm", [QMIX, VDN])
+def test_value_decomposition_learns_the_best_action(algorithm):
+    # every step rewards the action taken (0..3): the best team return per agent is 15, random 7.5
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=8, seed=0)
+    agent = build(env, algorithm)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1500, "disable_progressbar": True})
+    trainer.train()
+    assert trainer.eval(episodes=8)["mean_return"] >= 14.5
+
+
+def test_vdn_team_target_is_the_double_q_sum_over_agents_that_go_on():
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=2), num_envs=2, seed=0)
+    agent = build(env, VDN, cfg={"learning_starts": 1000})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    names = agent.replay_names()
+    batch = dict(zip(names, agent.groups[0].memory.sample_by_index(names, torch.arange(16))))
+    target = agent.team_targets([batch])
+    with torch.no_grad():
+        q = agent.groups[0].models["q"]
+        online = q.act({"observations": batch["next_observations"].flatten(0, 1)})[0].unflatten(0, (16, 3))
+        frozen = agent.groups[0].trained["q"].target.act(
+            {"observations": batch["next_observations"].flatten(0, 1)})[0].unflatten(0, (16, 3))
+    next_value = frozen.gather(-1, online.argmax(-1, keepdim=True)).squeeze(-1)
+    goes_on = batch["next_active"].squeeze(-1)
+    active = batch["active"].squeeze(-1)
+    reward = (batch["rewards"].squeeze(-1) * active).sum(-1) / active.sum(-1)
+    expected = reward + 0.9 * (next_value * goes_on).sum(-1)
+    assert torch.allclose(target, expected, atol=1e-5)
+    # agent_1 leaves at step 2: it goes on after step 1 only; at the copy's time limit (step 4) the others go on
+    by_step = goes_on.view(8, 2, 3)  # (steps, copies, agents)
+    assert by_step[:, :, 1].all(dim=1).tolist() == [True, False, False, False] * 2
+    assert by_step[[3, 7]][:, :, [0, 2]].all()
+
+
+def test_masked_actions_are_never_taken_nor_valued():
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=6, leave_at=99, masked=True), num_envs=4, seed=0)
+    agent = build(env, QMIX, cfg={"learning_starts": 4})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 40, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    observations, actions = memory.get_tensor_by_name("observations"), memory.get_tensor_by_name("actions")
+    odd_steps = observations[..., 0] % 2 == 1  # action 0 is forbidden on odd steps
+    assert not (actions[..., 0][odd_steps] == 0).any()
+    assert not memory.get_tensor_by_name("next_action_mask")[..., 0].all()  # the masks of the next steps are stored
+
+
+def test_inactive_agents_values_do_not_enter_the_mixer():
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=1), num_envs=2, seed=0)
+    agent = build(env, QMIX, cfg={"learning_starts": 1000})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    names = agent.replay_names()
+    batch = dict(zip(names, agent.groups[0].memory.sample_by_index(names, torch.arange(16))))
+    recorded = []
+    original = agent.mix
+    agent.mix = lambda record, values, states, target: recorded.append(values) or original(record, values, states,
+                                                                                            target=target)
+    inactive = ~batch["active"].squeeze(-1)
+    assert inactive.any()
+    agent.gradient_update([batch])
+    assert (recorded[0][inactive] == 0).all()
+
+
+def test_bad_input_is_named():
+    continuous = wrap_env(lambda: ContinuousEnv(), num_envs=2)
+    with pytest.raises(TypeError, match=r"agent_0.*Box.*MADDPG, MATD3 or MASAC"):
+        build(continuous, QMIX)
+    discrete = wrap_env(lambda: CountingEnv(), num_envs=2)
+    with pytest.raises(ValueError, match="global state.*state_spaces=env.state_spaces"):
+        build(discrete, QMIX, with_state=False)
+    assert isinstance(build(discrete, VDN, with_state=False), VDN)  # a sum needs no state
