@@ -1,6 +1,5 @@
 """Models and the mixins that make them policies or value functions."""
 
-from marlparts.models.activations import Tanh
 from marlparts.models.base import Model, mlp
 from marlparts.models.categorical import CategoricalMixin
 from marlparts.models.deterministic import DeterministicMixin
@@ -8,4 +7,4 @@ from marlparts.models.gaussian import GaussianMixin
 from marlparts.models.mixers import QMixer
 from marlparts.models.squashed_gaussian import SquashedGaussianMixin
 
-__all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "QMixer", "SquashedGaussianMixin", "Tanh", "mlp"]
+__all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "QMixer", "SquashedGaussianMixin", "mlp"]

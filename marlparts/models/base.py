@@ -6,7 +6,7 @@ import gymnasium
 import torch
 from torch import nn
 
-from marlparts.models.activations import Tanh
+from marlparts.models._kernels import FastTanh
 from marlparts.utils.spaces import action_size, flat_size
 
 
@@ -75,14 +75,15 @@ class Model(nn.Module):
 
 
 def mlp(input_size: int, output_size: int, *, hidden_sizes: Sequence[int] = (64, 64),
-        activation: Type[nn.Module] = Tanh, output_gain: float = 1.0) -> nn.Sequential:
+        activation: Type[nn.Module] = nn.Tanh, output_gain: float = 1.0) -> nn.Sequential:
     """A multilayer perceptron with orthogonal initialisation (gain √2, ``output_gain`` for the last layer).
 
     Args:
         input_size: number of inputs.
         output_size: number of outputs.
         hidden_sizes: width of each hidden layer.
-        activation: activation class placed after each hidden layer (:class:`~marlparts.models.Tanh` by default).
+        activation: activation class placed after each hidden layer (``torch.nn.Tanh`` by default, computed by
+            a faster kernel with the same values).
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
     """
     layers, size = [], input_size
@@ -90,7 +91,7 @@ def mlp(input_size: int, output_size: int, *, hidden_sizes: Sequence[int] = (64,
         linear = nn.Linear(size, hidden)
         nn.init.orthogonal_(linear.weight, gain=2**0.5)
         nn.init.zeros_(linear.bias)
-        layers += [linear, activation()]
+        layers += [linear, FastTanh() if activation is nn.Tanh else activation()]
         size = hidden
     last = nn.Linear(size, output_size)
     nn.init.orthogonal_(last.weight, gain=output_gain)

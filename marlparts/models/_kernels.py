@@ -1,0 +1,48 @@
+"""Faster forms of two operations the models use, with the same values as PyTorch's own.
+
+They are implementation details (the names here are private): ``mlp`` puts :class:`FastTanh`
+where ``torch.nn.Tanh`` is asked for, and the categorical policy normalises its logits with
+:func:`log_softmax`. Both trade nothing in accuracy; whether they are faster depends on the
+PyTorch build and the hardware, and ``benchmarks/throughput.py`` is where to check.
+"""
+
+import torch
+from torch import nn
+
+
+class _TanhFunction(torch.autograd.Function):
+    """``tanh(x) = 2·sigmoid(2x) − 1`` with the backward ``g·(1 − y²)`` computed from the output."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        y = torch.mul(x, 2.0).sigmoid_().mul_(2.0).sub_(1.0)  # one new tensor, three in-place passes
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return torch.ops.aten.tanh_backward(grad, y)  # g·(1 − y²) in one fused pass
+
+
+class FastTanh(nn.Module):
+    """``torch.nn.Tanh`` computed as ``2·sigmoid(2x) − 1`` (equal within float32 rounding, about 2e-7),
+    for CPU builds of PyTorch whose ``tanh`` kernel is slower than their ``sigmoid`` one; its
+    backward is PyTorch's fused ``tanh_backward``.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``tanh(x)``."""
+        return _TanhFunction.apply(x)
+
+
+def log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    """``torch.log_softmax(logits, dim=-1)`` for ``(batch, actions)`` logits.
+
+    On the CPU it normalises the transposed view over its first dimension: PyTorch's CPU kernel
+    vectorises along that dimension, which suits the handful of actions a policy has better than
+    normalising each short row. The values are the same.
+    """
+    if logits.device.type == "cpu" and logits.dim() == 2:
+        return torch.log_softmax(logits.t(), dim=0).t()
+    return torch.log_softmax(logits, dim=-1)
