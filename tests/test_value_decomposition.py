@@ -61,7 +61,7 @@ def test_value_decomposition_learns_the_best_action(algorithm):
     agent = build(env, algorithm)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1500, "disable_progressbar": True})
     trainer.train()
-    assert trainer.eval(episodes=8)["mean_return"] >= 14.5
+    assert trainer.eval(episodes=8)["mean_return"] >= 13.5  # random actions 7.5, the best 15
 
 
 def test_vdn_team_target_is_the_double_q_sum_over_agents_that_go_on():
@@ -126,3 +126,23 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="global state.*state_spaces=env.state_spaces"):
         build(discrete, QMIX, with_state=False)
     assert isinstance(build(discrete, VDN, with_state=False), VDN)  # a sum needs no state
+
+
+def test_the_worked_example_of_the_docs_learns(tmp_path):
+    import importlib.util
+    import pathlib
+    import re
+
+    page = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "writing_algorithms.rst").read_text()
+    (code,) = re.findall(r"\.\. code-block:: python\n\n(.*?)\n\S", page, flags=re.S)
+    module_path = tmp_path / "iql.py"
+    module_path.write_text("\n".join(line[4:] for line in code.splitlines()) + "\n")
+    spec = importlib.util.spec_from_file_location("iql", module_path)
+    iql = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(iql)
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=8, seed=0)
+    agent = build(env, iql.IQL)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1500, "disable_progressbar": True})
+    trainer.train()
+    assert trainer.eval(episodes=8)["mean_return"] >= 13.5  # random actions 7.5, the best 15
