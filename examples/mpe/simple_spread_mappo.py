@@ -73,7 +73,7 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> M
     cfg = MAPPO_DEFAULT_CONFIG.copy()
     cfg["rollouts"] = 25  # one whole episode of every copy per update: 64 x 25 = 1600 env steps
     cfg["learning_epochs"] = 10
-    cfg["mini_batches"] = 2
+    cfg["mini_batches"] = 4  # 40 gradient steps per update: steadier across seeds than 2
     cfg["learning_rate"] = 7e-4
     cfg["observation_preprocessor"] = RunningStandardScaler
     cfg["state_preprocessor"] = RunningStandardScaler
