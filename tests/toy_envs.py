@@ -121,3 +121,49 @@ class CoinFlipEnv(ParallelEnv):
         obs = {"agent_0": np.array([self.t, self.length], dtype=np.float32)}
         self.agents = [] if done else list(self.possible_agents)
         return obs, {"agent_0": reward}, {"agent_0": False}, {"agent_0": done}, {"agent_0": {}}
+
+
+class CueEnv(ParallelEnv):
+    """A memory task: each agent sees a cue (+1 or -1) at the first step only, and is rewarded at the
+    last step of ``length`` for the action that matches it (+1) or not (-1). Without memory the last
+    step looks the same whatever the cue, so no feed-forward policy beats chance (mean return 0).
+    """
+
+    metadata = {"name": "cue_v0"}
+
+    def __init__(self, length=4):
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.length = length
+        self.agents = []
+        self.rng = np.random.default_rng()
+        self.cues = {}
+        self.t = 0
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def _obs(self, agent):
+        cue = self.cues[agent] if self.t == 0 else 0.0
+        return np.array([cue, self.t / self.length], dtype=np.float32)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        self.agents = list(self.possible_agents)
+        self.cues = {agent: float(self.rng.choice([-1.0, 1.0])) for agent in self.agents}
+        return {a: self._obs(a) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        last = self.t >= self.length
+        rewards = {a: (1.0 if (actions[a] == 1) == (self.cues[a] > 0) else -1.0) if last else 0.0 for a in self.agents}
+        obs = {a: self._obs(a) for a in self.agents}
+        truncated = {a: last for a in self.agents}
+        terminated = {a: False for a in self.agents}
+        if last:
+            self.agents = []
+        return obs, rewards, terminated, truncated, {a: {} for a in obs}

@@ -15,6 +15,7 @@ from marlparts.agents.groups import AgentGroup, build_groups
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.memories.base import Memory
 from marlparts.models.base import Model
+from marlparts.models.recurrent import is_recurrent
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import agreed_value, check_config, merge_config
 from marlparts.utils.distributed import (
@@ -74,6 +75,7 @@ class MultiAgent:
     ROLES: Sequence[str] = ()
     PER_AGENT_KEYS: frozenset = frozenset()
     NEEDS_MEMORY: bool = True
+    SUPPORTS_SEQUENCES: bool = False  # whether recurrent models (RecurrentMixin) can be trained
 
     def __init__(self, *, possible_agents: Sequence[str], models: Mapping[str, Mapping[str, Model]],
                  memories: Optional[Mapping[str, Memory]] = None,
@@ -141,6 +143,9 @@ class MultiAgent:
                                    f"{list(self.ROLES)}")
                 if not isinstance(roles[role], Model):
                     raise TypeError(f"models[{uid!r}][{role!r}] is a {type(roles[role]).__name__}, not a marlparts Model")
+                if is_recurrent(roles[role]) and not self.SUPPORTS_SEQUENCES:
+                    raise TypeError(f"models[{uid!r}][{role!r}] is recurrent, but {type(self).__name__} does not train on "
+                                    "sequences: use MAPPO or IPPO with cfg['sequence_length'], or a feed-forward model")
 
     def distinct_models(self, role: Optional[str] = None) -> List[Model]:
         """Every distinct model instance (of ``role`` if given), in first-use order."""

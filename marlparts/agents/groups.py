@@ -21,6 +21,7 @@ class AgentGroup:
             agent of the group has the same value), every other key as it is.
         trained: ``role -> TrainedModel``, the record of each model the algorithm trains.
         noise: the exploration noise of algorithms that add one (off-policy methods), else None.
+        hidden: ``role -> HiddenStates`` of the group's recurrent models (empty for feed-forward ones).
         cache: values of the current step passed from ``act`` to ``record_transition``.
     """
 
@@ -33,6 +34,7 @@ class AgentGroup:
         self.cfg: Dict[str, Any] = {}
         self.trained: Dict[str, Any] = {}
         self.noise: Optional[Any] = None
+        self.hidden: Dict[str, Any] = {}
         self.cache: Dict[str, torch.Tensor] = {}
 
     @property

@@ -36,5 +36,5 @@ class IPPO(MultiAgentPPO):
     def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """The critic on each agent's own (standardised if configured) observation."""
         inputs = self._preprocess_states(group, observations.flatten(0, 1))
-        predicted, _, _ = group.models["value"].act({"observations": inputs}, role="value")
+        predicted = self.critic_act(group, inputs)
         return predicted.unflatten(0, observations.shape[:2])

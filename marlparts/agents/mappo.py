@@ -68,15 +68,14 @@ class MAPPO(MultiAgentPPO):
 
     def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state."""
-        value, mode = group.models["value"], self.cfg["agent_specific_values"]
+        mode = self.cfg["agent_specific_values"]
         states = self._preprocess_states(group, states)
         batch, size = observations.shape[:2]
         if mode == "one_hot":
             one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(states.dtype)
             inputs = torch.cat([states.unsqueeze(1).expand(batch, size, -1), one_hot.expand(batch, size, -1)], dim=-1)
-            predicted, _, _ = value.act({"observations": inputs.flatten(0, 1)}, role="value")
-            return predicted.unflatten(0, (batch, size))
-        predicted, _, _ = value.act({"observations": states}, role="value")
+            return self.critic_act(group, inputs.flatten(0, 1)).unflatten(0, (batch, size))
+        predicted = self.critic_act(group, states)
         if mode == "outputs":
             return predicted[:, group.agent_indexes.to(predicted.device)].unsqueeze(-1)
         return predicted.unsqueeze(1).expand(batch, size, 1)

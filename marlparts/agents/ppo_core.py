@@ -12,7 +12,8 @@ from torch import nn
 from marlparts.agents.advantages import compute_gae
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
-from marlparts.agents.losses import masked_mean
+from marlparts.agents.ppo_losses import ppo_losses
+from marlparts.agents.ppo_sequences import RecurrentPPOMixin
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
@@ -45,11 +46,12 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "kl_threshold": 0.0,                  # stop the epochs early past this KL (0: never)
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
     "mixed_precision": False,             # CUDA autocast (float16) and a gradient scaler in the update
+    "sequence_length": 0,                 # recurrent models: chunks of this many consecutive steps (0: single steps)
     "experiment": EXPERIMENT_DEFAULTS,
 })
 
 
-class MultiAgentPPO(MultiAgent):
+class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
     """PPO for several agents, one batch per group of agents that share models.
 
     Each agent needs a ``"policy"`` (a stochastic model) and a ``"value"`` model. One Adam
@@ -71,12 +73,14 @@ class MultiAgentPPO(MultiAgent):
                                 "value_clip", "clip_predicted_values", "entropy_loss_scale", "value_loss_scale",
                                 "time_limit_bootstrap"})
     USES_STATE = False
+    SUPPORTS_SEQUENCES = True
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if self.USES_STATE and self.state_spaces is None:
             raise ValueError(f"{type(self).__name__} needs `state_spaces` (the global state of env.state_spaces)")
         self._check_groups()
+        self._prepare_recurrence()
         for group in self.groups:
             policy, value = group.models["policy"], group.models["value"]
             uid = group.uids[0]
@@ -91,6 +95,7 @@ class MultiAgentPPO(MultiAgent):
                 value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1)
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
+        self._next_infos: Optional[Mapping[str, Any]] = None
         self._has_action_mask = False
 
     # ----------------------------------------------------------------------------- construction
@@ -157,6 +162,8 @@ class MultiAgentPPO(MultiAgent):
                 memory.create_tensor(name, (size, 1))
             for name in ("terminated", "truncated", "active"):
                 memory.create_tensor(name, (size, 1), dtype=torch.bool)
+            if self._recurrent(group):
+                self._create_recurrent_tensors(group)
 
     # ----------------------------------------------------------------------------- inputs
     def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
@@ -205,7 +212,11 @@ class MultiAgentPPO(MultiAgent):
             inputs = {"observations": self._policy_inputs(group, obs)}
             if masks is not None:
                 inputs["action_mask"] = stack_agents(masks, group.uids).flatten(0, 1)
+            if self._recurrent(group):
+                self._recurrent_policy_step(group, inputs, obs.shape[0], infos, obs.device)
             sampled, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
+            if "policy" in group.hidden:
+                group.hidden["policy"].keep(outputs["hidden"], self.training)
             chosen = sampled if self.training or self.stochastic_evaluation else outputs["mean_actions"]
             actions.update(unstack_agents(chosen.unflatten(0, obs.shape[:2]), group.uids))
             if self.training:
@@ -214,6 +225,8 @@ class MultiAgentPPO(MultiAgent):
                 group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
                 if masks is not None:
                     group.cache["action_mask"] = inputs["action_mask"].unflatten(0, obs.shape[:2])
+        if self.training:
+            self._fresh_start = False
         return actions
 
     def record_transition(self, *, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor],
@@ -231,10 +244,11 @@ class MultiAgentPPO(MultiAgent):
                 self._check_batch(group, obs)
                 truncated_group = stack_agents(truncated, group.uids).bool()
                 final_values = torch.zeros_like(group.cache["log_prob"])
+                values = self._collection_values(group, obs, states)
                 if group.cfg["time_limit_bootstrap"] and truncated_group.any():
                     final_obs = stack_agents(infos["final_observation"], group.uids)
-                    final_values = torch.where(truncated_group,
-                                               self._values(group, final_obs, infos.get("final_state")), 0.0)
+                    final_values = torch.where(truncated_group, self._values_after_step(
+                        group, final_obs, infos.get("final_state"), infos, reset=False), 0.0)
                 samples = {
                     "observations": obs,
                     "actions": group.cache["actions"],
@@ -243,9 +257,11 @@ class MultiAgentPPO(MultiAgent):
                     "truncated": truncated_group,
                     "active": group.cache["active"],
                     "log_prob": group.cache["log_prob"],
-                    "values": self._values(group, obs, states),
+                    "values": values,
                     "final_values": final_values,
                 }
+                if self._recurrent(group):
+                    samples.update(self._recurrent_samples(group))
                 if self.USES_STATE:
                     samples["states"] = states
                 if "action_mask" in group.cache:
@@ -253,7 +269,7 @@ class MultiAgentPPO(MultiAgent):
                     samples["action_mask"] = group.cache["action_mask"]
                     self._has_action_mask = True
                 group.memory.add_samples(**samples)
-        self._next_observations, self._next_states = next_observations, next_states
+        self._next_observations, self._next_states, self._next_infos = next_observations, next_states, infos
 
     def cut_episodes(self) -> None:
         """Mark the last stored step of a rollout in progress as truncated, bootstrapped from the
@@ -276,10 +292,17 @@ class MultiAgentPPO(MultiAgent):
                 truncated = memory.get_tensor_by_name("truncated")[step]
                 cut = ~(terminated | truncated)
                 next_obs = stack_agents(self._next_observations, group.uids)
-                values = self._values(group, next_obs, self._next_states)
+                values = self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True)
                 final_values = memory.get_tensor_by_name("final_values")
                 final_values[step] = torch.where(cut, values, final_values[step])
                 truncated |= cut
+        self.forget_hidden_states(training=True)
+
+    def set_mode(self, mode: str) -> None:
+        """As :meth:`MultiAgent.set_mode`; entering evaluation also starts its recurrent hidden states afresh."""
+        super().set_mode(mode)
+        if mode == "eval":
+            self.forget_hidden_states(training=False)
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update once ``rollouts`` steps are stored (counted by the memory, not by the trainer's
@@ -311,7 +334,7 @@ class MultiAgentPPO(MultiAgent):
                     rewards=memory.get_tensor_by_name("rewards"), values=values,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),
                     final_values=memory.get_tensor_by_name("final_values"),
-                    last_values=self._values(group, next_obs, self._next_states),
+                    last_values=self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True),
                     discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
                 active = memory.get_tensor_by_name("active")
                 mean = advantages[active].mean()
@@ -349,35 +372,17 @@ class MultiAgentPPO(MultiAgent):
         names += ["states"] if self.USES_STATE else []
         names += ["action_mask"] if self._has_action_mask else []
         batch = dict(zip(names, group.memory.sample_by_index(names, indexes)))
-        cfg = group.cfg
-        active = batch["active"].flatten(0, 1)
-
         inputs = {"observations": self._policy_inputs(group, batch["observations"]),
                   "taken_actions": batch["actions"].flatten(0, 1)}
         if self._has_action_mask:
             inputs["action_mask"] = batch["action_mask"].flatten(0, 1)
         _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
-        log_ratio = log_prob - batch["log_prob"].flatten(0, 1)
-        ratio = log_ratio.exp()
-        advantages = batch["advantages"].flatten(0, 1)
-        clip = cfg["ratio_clip"]
-        surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
-        policy_loss = -masked_mean(surrogate, active)
-        entropy_loss = -cfg["entropy_loss_scale"] * masked_mean(outputs["entropy"], active)
-
-        predicted = self.predict_values(group, batch["observations"], batch.get("states")).flatten(0, 1)
-        targets, old_values = batch["value_targets"].flatten(0, 1), batch["old_values"].flatten(0, 1)
-        value_error = (predicted - targets).square()
-        if cfg["clip_predicted_values"]:
-            limit = cfg["value_clip"]
-            clipped = old_values + (predicted - old_values).clamp(-limit, limit)
-            value_error = torch.max(value_error, (clipped - targets).square())
-        value_loss = cfg["value_loss_scale"] * masked_mean(value_error, active)
-
-        with torch.no_grad():
-            kl = masked_mean(ratio - 1.0 - log_ratio, active)
-        return {"policy": policy_loss, "value": value_loss, "entropy": entropy_loss, "kl": kl,
-                "entropy_value": masked_mean(outputs["entropy"].detach(), active)}
+        predicted = self.predict_values(group, batch["observations"], batch.get("states"))
+        return ppo_losses(log_prob=log_prob, old_log_prob=batch["log_prob"].flatten(0, 1),
+                          advantages=batch["advantages"].flatten(0, 1), entropy=outputs["entropy"],
+                          predicted=predicted.flatten(0, 1), targets=batch["value_targets"].flatten(0, 1),
+                          old_values=batch["old_values"].flatten(0, 1), active=batch["active"].flatten(0, 1),
+                          cfg=group.cfg)
 
     def update(self, timestep: int, timesteps: int) -> None:
         """PPO update (Schulman et al., 2017) on the rollout just collected.
@@ -392,9 +397,12 @@ class MultiAgentPPO(MultiAgent):
         epochs: List[Dict[str, float]] = []
         for _ in range(self.cfg["learning_epochs"]):
             epoch = []
-            for indexes in self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"]):
+            minibatches = (self.chunk_minibatches() if self.sequence_length
+                           else self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"]))
+            group_losses = self.sequence_losses if self.sequence_length else self.group_losses
+            for indexes in minibatches:
                 with self.autocast():
-                    losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+                    losses = self.mean_over_agents([group_losses(group, indexes) for group in self.groups])
                 self.optimize(self.trained, losses["policy"] + losses["value"] + losses["entropy"])
                 epoch.append({key: value.detach() for key, value in losses.items()})
             epochs.append({key: torch.stack([losses[key] for losses in epoch]).float().mean().item() for key in epoch[0]})

@@ -88,6 +88,20 @@ class Memory:
         """The samples at flat ``indexes`` of each tensor in ``names``."""
         return [self._get(name).flatten(0, 1)[indexes] for name in names]
 
+    def chunks_by_index(self, names: Sequence[str], indexes: torch.Tensor, length: int) -> List[torch.Tensor]:
+        """Chunks of ``length`` consecutive steps: the steps are cut into ``memory_size / length`` chunks per
+        env copy, numbered chunk by chunk and copy by copy; returns each tensor of ``names`` at the chunks
+        ``indexes``, shaped ``(len(indexes), length, *size)``.
+        """
+        if self.memory_size % length:
+            raise ValueError(f"memory_size {self.memory_size} is not a whole number of chunks of {length} steps")
+        chunks = []
+        for name in names:
+            tensor = self._get(name)
+            by_chunk = tensor.unflatten(0, (self.memory_size // length, length)).transpose(1, 2)  # (chunks, envs, L, ...)
+            chunks.append(by_chunk.flatten(0, 1)[indexes])
+        return chunks
+
     def sample_all(self, names: Sequence[str], mini_batches: int = 1) -> List[List[torch.Tensor]]:
         """Every stored sample once, shuffled anew on each call, split into ``mini_batches`` batches."""
         return [self.sample_by_index(names, indexes) for indexes in self.minibatch_indexes(mini_batches)]

@@ -5,6 +5,8 @@ from marlparts.models.categorical import CategoricalMixin
 from marlparts.models.deterministic import DeterministicMixin
 from marlparts.models.gaussian import GaussianMixin
 from marlparts.models.mixers import QMixer
+from marlparts.models.recurrent import RecurrentMixin
 from marlparts.models.squashed_gaussian import SquashedGaussianMixin
 
-__all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "QMixer", "SquashedGaussianMixin", "mlp"]
+__all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "QMixer", "RecurrentMixin",
+           "SquashedGaussianMixin", "mlp"]

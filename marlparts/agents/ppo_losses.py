@@ -1,0 +1,32 @@
+"""The PPO losses on a batch of samples, shared by the feed-forward and the recurrent update."""
+
+from typing import Dict, Mapping
+
+import torch
+
+from marlparts.agents.losses import masked_mean
+
+
+def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
+               predicted: torch.Tensor, targets: torch.Tensor, old_values: torch.Tensor, active: torch.Tensor,
+               cfg: Mapping) -> Dict[str, torch.Tensor]:
+    """Clipped-surrogate policy loss, (clipped) value loss and entropy loss, each a mean over the active samples.
+
+    All tensors have one row per sample; values are in the critic's (normalised) units; ``cfg`` holds
+    ``ratio_clip``, ``entropy_loss_scale``, ``clip_predicted_values``, ``value_clip`` and ``value_loss_scale``.
+    """
+    log_ratio = log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    clip = cfg["ratio_clip"]
+    surrogate = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
+    value_error = (predicted - targets).square()
+    if cfg["clip_predicted_values"]:
+        limit = cfg["value_clip"]
+        clipped = old_values + (predicted - old_values).clamp(-limit, limit)
+        value_error = torch.max(value_error, (clipped - targets).square())
+    with torch.no_grad():
+        kl = masked_mean(ratio - 1.0 - log_ratio, active)
+    return {"policy": -masked_mean(surrogate, active),
+            "value": cfg["value_loss_scale"] * masked_mean(value_error, active),
+            "entropy": -cfg["entropy_loss_scale"] * masked_mean(entropy, active),
+            "kl": kl, "entropy_value": masked_mean(entropy.detach(), active)}

@@ -1,0 +1,139 @@
+"""Recurrent MAPPO and IPPO: hidden states through collection and chunked updates, a memory task."""
+
+import pytest
+import torch
+from helpers import Policy, Value
+from toy_envs import CountingEnv, CueEnv
+
+from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MADDPG, MADDPG_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import CategoricalMixin, DeterministicMixin, Model, RecurrentMixin, mlp
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+from marlparts.utils.spaces import append_agent_id, joint_space
+
+
+class RecurrentPolicy(RecurrentMixin, CategoricalMixin, Model):
+    def __init__(self, hidden_size=16, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.encoder = mlp(self.num_observations, 16, hidden_sizes=())
+        self.cell = torch.nn.GRUCell(16, hidden_size)
+        self.head = mlp(hidden_size, self.num_actions, hidden_sizes=(), output_gain=0.01)
+
+    def compute(self, inputs, role=""):
+        output, hidden = self.recur(self.cell, torch.relu(self.encoder(inputs["observations"])), inputs)
+        return self.head(output), {"hidden": hidden}
+
+
+class RecurrentValue(RecurrentMixin, DeterministicMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = 16
+        self.encoder = mlp(self.num_observations, 16, hidden_sizes=())
+        self.cell = torch.nn.GRUCell(16, 16)
+        self.head = mlp(16, self.num_outputs, hidden_sizes=())
+
+    def compute(self, inputs, role=""):
+        output, hidden = self.recur(self.cell, torch.relu(self.encoder(inputs["observations"])), inputs)
+        return self.head(output), {"hidden": hidden}
+
+
+def build(env, algorithm="mappo", recurrent_policy=True, recurrent_critic=True, cfg=None, rollouts=16):
+    uid = env.possible_agents[0]
+    policy_class = RecurrentPolicy if recurrent_policy else Policy
+    value_class = RecurrentValue if recurrent_critic else Value
+    policy = policy_class(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+    if algorithm == "mappo" and (cfg or {}).get("agent_specific_values") == "one_hot":
+        value = value_class(observation_space=append_agent_id(env.state_space, env.num_agents))
+        base = MAPPO_DEFAULT_CONFIG.copy()
+    elif algorithm == "mappo":
+        value = value_class(observation_space=env.state_space, output_size=env.num_agents)
+        base = MAPPO_DEFAULT_CONFIG.copy()
+    else:
+        value = value_class(observation_space=env.observation_space(uid))
+        base = IPPO_DEFAULT_CONFIG.copy()
+    base.update(rollouts=rollouts, learning_epochs=4, mini_batches=2, learning_rate=3e-3,
+                sequence_length=4 if recurrent_policy or recurrent_critic else 0)
+    base["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
+    base.update(cfg or {})
+    kwargs = dict(possible_agents=env.possible_agents,
+                  models={u: {"policy": policy, "value": value} for u in env.possible_agents},
+                  memories={u: RandomMemory(memory_size=rollouts, num_envs=env.num_envs) for u in env.possible_agents},
+                  observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=base)
+    if algorithm == "mappo":
+        return MAPPO(state_spaces=env.state_spaces, **kwargs)
+    return IPPO(**kwargs)
+
+
+def success_rate(env, agent, steps):
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True})
+    trainer.train()
+    return (trainer.eval(episodes=200)["mean_return"] + 1) / 2  # the return is +1 or -1 per agent
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
+def test_recurrent_policies_remember_the_cue_and_feed_forward_ones_cannot(algorithm):
+    set_seed(0)
+    env = wrap_env(lambda: CueEnv(length=4), num_envs=16, seed=0)
+    assert success_rate(env, build(env, algorithm), 1500) >= 0.95
+    set_seed(0)
+    env = wrap_env(lambda: CueEnv(length=4), num_envs=16, seed=0)
+    assert success_rate(env, build(env, algorithm, recurrent_policy=False, recurrent_critic=False), 1500) <= 0.6
+
+
+@pytest.mark.parametrize("algorithm,mode", [("mappo", "outputs"), ("mappo", "one_hot"), ("ippo", None)])
+def test_the_update_replays_each_chunk_from_its_stored_hidden_states(algorithm, mode):
+    # episodes of 5 steps cut into chunks of 4: episodes start inside chunks; agent_1 leaves at step 3
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=3), num_envs=3, seed=0)
+    cfg = {"learning_epochs": 1, "mini_batches": 1, "rollouts": 8}
+    agent = build(env, algorithm, cfg=cfg if mode is None else {**cfg, "agent_specific_values": mode}, rollouts=8)
+    losses = []
+    original = agent.sequence_losses
+    agent.sequence_losses = lambda group, chunks: losses.append(original(group, chunks)) or losses[-1]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    starts = memory.get_tensor_by_name("starts")
+    steps = memory.get_tensor_by_name("observations")[..., 0]  # CountingEnv's step counter
+    assert torch.equal(starts[:, :, 0], steps[:, :, 0] == 0)  # agent_0 starts afresh where its episode starts
+    assert starts[:, :, 1][steps[:, :, 0] >= 3].all()  # agent_1 has left: its state stays at zero
+    assert (memory.get_tensor_by_name("policy_hidden")[starts] == 0).all()
+    assert abs(losses[0]["kl"].item()) < 1e-6, "the replayed chunks give the stored log-probabilities"
+    # the critic's predictions at the first minibatch equal the stored old values (unclipped value loss)
+    assert losses[0]["value"].item() == pytest.approx(_unclipped_value_loss(agent), rel=1e-4)
+
+
+def _unclipped_value_loss(agent):
+    memory = agent.groups[0].memory
+    active = memory.get_tensor_by_name("active")
+    error = (memory.get_tensor_by_name("old_values") - memory.get_tensor_by_name("value_targets")).square()
+    return ((error * active).sum() / active.sum()).item()
+
+
+def test_bad_recurrent_settings_are_named():
+    env = wrap_env(lambda: CueEnv(length=4), num_envs=2, seed=0)
+    with pytest.raises(ValueError, match=r"recurrent: set cfg\['sequence_length'\]"):
+        build(env, cfg={"sequence_length": 0})
+    with pytest.raises(ValueError, match=r"sequence_length'\] is 32 but cfg\['rollouts'\] is 16"):
+        build(env, cfg={"sequence_length": 32})
+    with pytest.raises(ValueError, match=r"sequence_length'\] is 5 but cfg\['rollouts'\] is 16"):
+        build(env, cfg={"sequence_length": 5})
+    from test_maddpg import Net
+
+    critic = Net(observation_space=joint_space([*env.observation_spaces.values(), *env.action_spaces.values()]),
+                 output_size=2)
+    policy = RecurrentPolicy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    with pytest.raises(TypeError, match=r"models\['agent_0'\]\['policy'\] is recurrent, but MADDPG does not train on"):
+        MADDPG(possible_agents=env.possible_agents, models={u: {"policy": policy, "critic": critic} for u in env.possible_agents},
+               memories={u: RandomMemory(memory_size=100, num_envs=2) for u in env.possible_agents},
+               observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=MADDPG_DEFAULT_CONFIG.copy())
+
+
+def test_hidden_states_of_the_wrong_size_are_named():
+    env = wrap_env(lambda: CueEnv(length=4), num_envs=2, seed=0)
+    agent = build(env)
+    agent.groups[0].models["policy"].hidden_size = 8  # the cell returns 16 values
+    with pytest.raises(ValueError, match="hidden_size 8.*hidden states of shape"):
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 2, "disable_progressbar": True}).train()
