@@ -27,6 +27,7 @@ EXAMPLES = {
     "qmix": ROOT / "examples/mpe/simple_spread_qmix.py",
     "vdn": ROOT / "examples/mpe/simple_spread_vdn.py",
     "masac": ROOT / "examples/mpe/simple_spread_masac.py",
+    "recurrent_mappo": ROOT / "examples/mpe/simple_spread_recurrent_mappo.py",
 }
 
 
@@ -58,7 +59,8 @@ def main() -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     overrides = json.loads(args.override)
     args.num_envs = args.num_envs or example.NUM_ENVS
-    record = {"algorithm": args.algorithm, "task": "simple_spread_v3 N=3 max_cycles=25 local_ratio=0.5",
+    task = "simple_spread_v3 N=3 max_cycles=25 local_ratio=0.5" + (" without velocities" if "recurrent" in args.algorithm else "")
+    record = {"algorithm": args.algorithm, "task": task,
               "timesteps": args.timesteps, "num_envs": args.num_envs, "overrides": overrides, "seeds": {}}
     for seed in args.seeds:
         set_seed(seed)
