@@ -1,9 +1,5 @@
 """Small builders shared by the algorithm tests."""
 
-import importlib.util
-import pathlib
-import sys
-
 import gymnasium
 import numpy as np
 import torch
@@ -66,20 +62,6 @@ def box(n):
 
 def parameters_vector(model):
     return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def load_example(name):
-    """Import ``examples/mpe/<name>.py`` (its folder goes on sys.path: examples share a helper module)."""
-    path = ROOT / "examples" / "mpe" / f"{name}.py"
-    if str(path.parent) not in sys.path:
-        sys.path.insert(0, str(path.parent))
-    spec = importlib.util.spec_from_file_location(f"example_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def greedy_return_after_training(env, agent, budget, episodes=100):

@@ -5,34 +5,30 @@ Skipped where PyTorch sees no CUDA device.
 
 import pytest
 import torch
-from helpers import load_example
+from spread_agents import make_spread_agent, make_spread_env
 
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
-# (example, keyword arguments of its make_env, vectorized steps: enough for several updates)
-CASES = [("simple_spread_mappo", {}, 250), ("simple_spread_ippo", {}, 250),
-         ("simple_spread_maddpg", {"discrete": False}, 120), ("simple_spread_maddpg", {"discrete": True}, 120),
-         ("simple_spread_matd3", {}, 120)]
+# (algorithm, continuous actions, vectorized steps: enough for several updates)
+CASES = [("mappo", False, 250), ("ippo", False, 250), ("maddpg", True, 120), ("maddpg", False, 120), ("matd3", True, 120)]
 
 
-def build(example, env, directory):
-    return example.make_agent(env, directory, experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0,
-                                                          "directory": directory})
+def build(name, env, directory, **overrides):
+    return make_spread_agent(name, env, directory, experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0,
+                                                               "directory": directory}, **overrides)
 
 
-@pytest.mark.parametrize("name, env_kwargs, steps", CASES)
-def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cpu(name, env_kwargs, steps, tmp_path):
-    example = load_example(name)
-
+@pytest.mark.parametrize("name, continuous, steps", CASES)
+def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cpu(name, continuous, steps, tmp_path):
     def make_env(device):
-        return example.make_env(4, seed=0, device=device, **env_kwargs)
+        return make_spread_env(4, seed=0, continuous=continuous, device=device)
 
     set_seed(0)
     env = make_env("cuda")
-    agent = build(example, env, str(tmp_path))
+    agent = build(name, env, str(tmp_path))
     observations, infos = env.reset()
     assert all(value.is_cuda for value in observations.values())
     assert env.state().is_cuda
@@ -56,7 +52,7 @@ def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cp
 
     checkpoint = str(tmp_path / "agent.pt")
     agent.save(checkpoint)
-    cpu_agent = build(example, cpu_env, str(tmp_path / "cpu"))
+    cpu_agent = build(name, cpu_env, str(tmp_path / "cpu"))
     cpu_agent.load(checkpoint)
     cpu_agent.set_mode("eval")
     cpu_actions = cpu_agent.act(cpu_observations, cpu_env.state(), cpu_infos, 0, 1)
@@ -66,13 +62,11 @@ def test_training_on_cuda_keeps_everything_on_the_gpu_and_checkpoints_load_on_cp
         opened.close()
 
 
-@pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_maddpg"])
+@pytest.mark.parametrize("name", ["mappo", "maddpg"])
 def test_mixed_precision_trains_on_cuda(name, tmp_path):
-    example = load_example(name)
     set_seed(0)
-    env = example.make_env(4, seed=0, device="cuda")
-    agent = example.make_agent(env, str(tmp_path), mixed_precision=True,
-                               experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0})
+    env = make_spread_env(4, seed=0, continuous=name == "maddpg", device="cuda")
+    agent = build(name, env, str(tmp_path), mixed_precision=True)
     assert agent._grad_scaler is not None
     before = [parameter.detach().clone() for model in agent.distinct_models() for parameter in model.parameters()]
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 120, "disable_progressbar": True}).train()

@@ -12,10 +12,9 @@ same threshold: they reached MAPPO -51.9 / -21.8 and IPPO -48.7 / -28.9.
 """
 
 import pytest
-from helpers import greedy_return_after_training, load_example
-from mpe2 import simple_spread_v3
+from helpers import greedy_return_after_training
+from spread_agents import COPIES, make_spread_agent, make_spread_env
 
-from marlparts.envs import wrap_env
 from marlparts.utils import set_seed
 
 BUDGET = 500_000  # env steps
@@ -23,11 +22,9 @@ THRESHOLD = -17.5
 
 
 def train_and_evaluate(name, tmp_path, seed=0, broken=None):
-    example = load_example(f"simple_spread_{name}")
     set_seed(seed)
-    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5),
-                   num_envs=example.NUM_ENVS, seed=seed, state_source="observations")
-    agent = example.make_agent(env, str(tmp_path), **({"discount_factor": 0.0} if broken == "myopic" else {}))
+    env = make_spread_env(COPIES[name], seed=seed, agents=2)
+    agent = make_spread_agent(name, env, str(tmp_path), **({"discount_factor": 0.0} if broken == "myopic" else {}))
     if broken == "flipped_advantages":
         original = agent.compute_advantages
 

@@ -7,10 +7,9 @@ target networks, i.e. targets from the networks being trained) and check them ag
 """
 
 import pytest
-from helpers import greedy_return_after_training, load_example
-from mpe2 import simple_spread_v3
+from helpers import greedy_return_after_training
+from spread_agents import make_spread_agent, make_spread_env
 
-from marlparts.envs import wrap_env
 from marlparts.utils import set_seed
 
 BUDGET = 100_000  # env steps
@@ -18,13 +17,11 @@ THRESHOLD = -14.0
 
 
 def train_and_evaluate(tmp_path, seed=0, broken=None):
-    example = load_example("simple_spread_maddpg")
     set_seed(seed)
-    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=2, max_cycles=25, local_ratio=0.5, continuous_actions=True),
-                   num_envs=16, seed=seed, state_source="observations")
+    env = make_spread_env(16, seed=seed, agents=2, continuous=True)
     # one gradient step per vectorized step (the example does one per 4): the short budget needs the updates
     overrides = {"update_interval": 1, **({"polyak": 1.0} if broken == "no_target_networks" else {})}
-    agent = example.make_agent(env, str(tmp_path), **overrides)
+    agent = make_spread_agent("maddpg", env, str(tmp_path), **overrides)
     if broken == "actor_minimises_q":
         original = agent.actor_loss
         agent.actor_loss = lambda batches: -original(batches)

@@ -1,6 +1,5 @@
 import pytest
 import torch
-from helpers import load_example
 from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.agents import MADDPG, MADDPG_DEFAULT_CONFIG, MATD3, MATD3_DEFAULT_CONFIG
@@ -214,12 +213,13 @@ def test_save_and_load_restore_models_targets_and_greedy_actions(tmp_path):
                            torch.cat([p.flatten() for p in fresh_record.target.parameters()]))
 
 
-def test_matd3_example_agent_runs_on_both_action_kinds():
-    example = load_example("simple_spread_matd3")
+def test_matd3_runs_on_both_action_kinds():
+    from spread_agents import make_spread_agent, make_spread_env
+
     for discrete in (False, True):
-        env = example.make_env(num_envs=2, discrete=discrete)
-        agent = example.make_agent(env, "runs/unused", batch_size=16, learning_starts=8, update_interval=1,
-                                   experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0})
+        env = make_spread_env(2, continuous=not discrete)
+        agent = make_spread_agent("matd3", env, "runs/unused", batch_size=16, learning_starts=8, update_interval=1,
+                                  experiment={"tensorboard": False, "csv": False, "checkpoint_interval": 0})
         run(agent, env, 12)
         assert agent.gradient_step == 5
 
