@@ -93,3 +93,17 @@ def test_a_policy_without_log_probabilities_is_named():
     env = wrap_env(lambda: ContinuousEnv(), num_envs=2)
     with pytest.raises(TypeError, match=r"log-probability.*models\['agent_0'\]\['policy'\] \(Net\) returns None"):
         build(env, policy_class=lambda **kwargs: Net(**kwargs))
+
+
+def test_the_masac_actor_follows_the_smaller_of_the_twin_critics():
+    set_seed(0)
+    env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
+    agent = build(env, cfg={"learning_starts": 1000})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True}).train()
+    batches = agent.sample_batch()
+    torch.manual_seed(3)
+    before = agent.actor_loss(batches).item()
+    with torch.no_grad():
+        agent.groups[0].models["critic_2"].net[-1].bias -= 1000.0  # the second critic now much lower
+    torch.manual_seed(3)
+    assert agent.actor_loss(batches).item() > before + 900

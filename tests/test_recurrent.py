@@ -137,3 +137,19 @@ def test_hidden_states_of_the_wrong_size_are_named():
     agent.groups[0].models["policy"].hidden_size = 8  # the cell returns 16 values
     with pytest.raises(ValueError, match="hidden_size 8.*hidden states of shape"):
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 2, "disable_progressbar": True}).train()
+
+
+def test_hidden_states_restart_when_the_env_is_reset_at_a_rollout_boundary():
+    # an env instance: evaluation runs on the training copies and cuts their episodes
+    set_seed(0)
+    env = wrap_env(CountingEnv(max_steps=50, leave_at=99), seed=0)
+    agent = build(env, "ippo", rollouts=4, cfg={"mini_batches": 1})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 4, "disable_progressbar": True})
+    trainer.train()  # exactly one rollout: the update leaves the memory at its start
+    trainer.eval(episodes=1)
+    trainer.cfg["timesteps"] = 1
+    trainer.train()
+    memory = agent.groups[0].memory
+    assert memory.get_tensor_by_name("starts")[0].all()
+    assert (memory.get_tensor_by_name("policy_hidden")[0] == 0).all()
+    assert (memory.get_tensor_by_name("value_hidden")[0] == 0).all()

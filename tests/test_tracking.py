@@ -170,3 +170,15 @@ def test_mixed_precision_on_the_cpu_is_a_noted_no_op(tmp_path):
         agent = build_mappo(env, rollouts=5, directory=str(tmp_path), cfg={"mixed_precision": True})
     assert agent._grad_scaler is None
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+
+
+def test_no_step_is_written_twice(tmp_path):
+    env = spread()
+    agent = build_mappo(env, rollouts=5, directory=str(tmp_path),
+                        cfg={"experiment": {"experiment_name": "run", "write_interval": 5}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 10, "disable_progressbar": True})
+    trainer.train()
+    trainer.train()
+    for tag, rows in read_scalars(tmp_path / "run").items():
+        steps = [step for step, _ in rows]
+        assert len(steps) == len(set(steps)), (tag, steps)

@@ -146,3 +146,22 @@ def test_the_worked_example_of_the_docs_learns(tmp_path):
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1500, "disable_progressbar": True})
     trainer.train()
     assert trainer.eval(episodes=8)["mean_return"] >= 13.5  # random actions 7.5, the best 15
+
+
+def test_groups_with_memories_of_other_sizes_are_an_error():
+    env = wrap_env(lambda: CountingEnv(), num_envs=2, seed=0)
+    models = {u: {"q": Utility(observation_space=env.observation_space(u), output_size=4)} for u in env.possible_agents}
+    memories = {u: RandomMemory(memory_size=size, num_envs=2) for u, size in zip(env.possible_agents, (600, 700, 700))}
+    with pytest.raises(ValueError, match=r"memories\['agent_1'\].*700.*memories\['agent_0'\].*600"):
+        VDN(possible_agents=env.possible_agents, models=models, memories=memories,
+            observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=VDN_DEFAULT_CONFIG.copy())
+
+
+def test_a_time_limit_bootstraps_over_the_actions_legal_at_the_final_observation():
+    # CountingEnv forbids action 0 on odd steps; episodes end (time limit) at step 5
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99, masked=True), num_envs=2, seed=0)
+    agent = build(env, VDN, cfg={"learning_starts": 1000})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    next_mask = agent.groups[0].memory.get_tensor_by_name("next_action_mask")
+    assert not next_mask[4, :, :, 0].any(), "at the final observation (step 5) action 0 is illegal"

@@ -59,6 +59,7 @@ class MADDPG(OffPolicyMultiAgent):
     PER_AGENT_KEYS = frozenset({"discount_factor", "actor_learning_rate", "critic_learning_rate", "grad_norm_clip",
                                 "gumbel_temperature", "logits_regularization", "time_limit_bootstrap"})
     POLICY_TARGETS = True  # whether the policies have target copies (the TD targets' actions come from them)
+    ACTOR_CRITIC_ROLES = ("critic",)  # the critics the actors follow (the smallest of their Q-values)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -266,8 +267,9 @@ class MADDPG(OffPolicyMultiAgent):
             own = self.differentiable_actions(group, outputs)                                   # (B, G, width)
             joint_with_own = with_own_actions(actions, own, [self.action_offsets[uid] for uid in group.uids])
             batch_size, size = own.shape[:2]
-            q = self.q_values(group.models["critic"], x.unsqueeze(1).expand(-1, size, -1).flatten(0, 1),
-                              joint_with_own.flatten(0, 1), self.critic_columns[(index, "critic")])
+            inputs = (x.unsqueeze(1).expand(-1, size, -1).flatten(0, 1), joint_with_own.flatten(0, 1))
+            q = torch.stack([self.q_values(group.models[role], *inputs, self.critic_columns[(index, role)])
+                             for role in self.ACTOR_CRITIC_ROLES]).min(dim=0).values
             own_q = q.unflatten(0, (batch_size, size)).diagonal(dim1=1, dim2=2)                 # Q_g with agent g's action
             agent_loss = masked_mean(self.actor_objective(group, own_q, outputs, log_prob), batch["active"].squeeze(-1))
             if self.discrete[group.uids[0]]:

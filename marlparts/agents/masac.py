@@ -43,8 +43,8 @@ class MASAC(MADDPG):
 
     1. the TD target's next actions are sampled from the current policies, and the next value is
        ``min(Q'_1, Q'_2) − alpha log π(a'|o')`` (:meth:`target_actions`, :meth:`next_values`);
-    2. each agent's actor minimises ``alpha log π(a_i|o_i) − Q_i(x, a_1..a_i..a_N)`` with its own
-       action sampled from its policy and the others' from the batch (:meth:`actor_objective`);
+    2. each agent's actor minimises ``alpha log π(a_i|o_i) − min(Q_1, Q_2)_i(x, a_1..a_i..a_N)`` with its
+       own action sampled from its policy and the others' from the batch (:meth:`actor_objective`);
     3. each group's temperature follows ``min −log alpha (log π + target entropy)`` after the actor
        step (:meth:`gradient_update`).
 
@@ -54,6 +54,7 @@ class MASAC(MADDPG):
     DEFAULT_CONFIG = MASAC_DEFAULT_CONFIG
     ROLES = ("policy", "critic", "critic_2")
     CRITIC_ROLES = ("critic", "critic_2")
+    ACTOR_CRITIC_ROLES = ("critic", "critic_2")  # the actors follow min(Q_1, Q_2)
     POLICY_TARGETS = False  # next actions come from the current policies
 
     def __init__(self, **kwargs: Any) -> None:

@@ -69,8 +69,13 @@ class OffPolicyMultiAgent(MultiAgent):
         self._has_action_mask = False
         self._group_order = [uid for group in self.groups for uid in group.uids]
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
+        first = self.groups[0]
         for group in self.groups:
             memory = group.memory
+            if (memory.memory_size, memory.num_envs) != (first.memory.memory_size, first.memory.num_envs):
+                raise ValueError(f"memories[{group.uids[0]!r}] holds {memory.memory_size} steps of {memory.num_envs} copies "
+                                 f"but memories[{first.uids[0]!r}] {first.memory.memory_size} of {first.memory.num_envs}: "
+                                 "batches are drawn at the same (step, copy) of every group, so the memories must match")
             if memory.memory_size * memory.num_envs < self.cfg["batch_size"]:
                 raise ValueError(f"memories[{group.uids[0]!r}] holds {memory.memory_size} x {memory.num_envs} samples, "
                                  f"fewer than cfg['batch_size'] = {self.cfg['batch_size']}")
@@ -222,22 +227,24 @@ class OffPolicyMultiAgent(MultiAgent):
                 samples["next_states"] = (torch.where(copy_ended[:, 0], infos["final_state"], next_states)
                                           if copy_ended is not None else next_states)
             if masks is not None:
-                samples.update(self._mask_samples(group, masks, ended))
+                samples.update(self._mask_samples(group, masks, infos.get("final_action_mask"), ended))
             group.memory.add_samples(**samples)
             if group.noise is not None and copy_ended is not None:
                 group.noise.reset(copy_ended[:, :, 0].expand(-1, group.size))
         self.recorded_steps += 1
 
-    def _mask_samples(self, group: AgentGroup, masks: Mapping[str, torch.Tensor], ended: torch.Tensor) -> Dict[str, Any]:
-        """The action masks at the observation and at the next one (all actions allowed where the episode
-        ended: the next episode's mask does not belong to this transition).
+    def _mask_samples(self, group: AgentGroup, masks: Mapping[str, torch.Tensor],
+                      final_masks: Optional[Mapping[str, torch.Tensor]], ended: torch.Tensor) -> Dict[str, Any]:
+        """The action masks at the observation and at the next one: where an agent's episode ended, the
+        mask of its final observation (a time limit bootstraps from it), not the next episode's.
         """
         next_mask = stack_agents(masks, group.uids).bool()
+        final_mask = torch.ones_like(next_mask) if final_masks is None else stack_agents(final_masks, group.uids).bool()
         if "action_mask" not in group.memory.tensors:
             group.memory.create_tensor("action_mask", next_mask.shape[1:], dtype=torch.bool)
             group.memory.create_tensor("next_action_mask", next_mask.shape[1:], dtype=torch.bool)
             self._has_action_mask = True
-        return {"action_mask": group.cache["action_mask"], "next_action_mask": next_mask | ended}
+        return {"action_mask": group.cache["action_mask"], "next_action_mask": torch.where(ended, final_mask, next_mask)}
 
     def cut_episodes(self) -> None:
         """The stored next observations already bootstrap a cut step; the noise processes restart."""

@@ -278,11 +278,11 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         A partial rollout loaded from a checkpoint (whose next observation is unknown) is dropped.
         """
         memory = self.groups[0].memory
-        if memory.memory_index == 0:
-            return  # nothing stored since the last update
-        if self._next_observations is None:  # a rollout loaded from a checkpoint: it cannot be bootstrapped
-            for group in self.groups:
-                group.memory.reset()
+        if memory.memory_index == 0 or self._next_observations is None:
+            if memory.memory_index and self._next_observations is None:  # a rollout loaded from a checkpoint:
+                for group in self.groups:                                 # it cannot be bootstrapped
+                    group.memory.reset()
+            self.forget_hidden_states(training=True)  # the next episodes start afresh
             return
         step = memory.memory_index - 1
         with torch.no_grad():

@@ -18,7 +18,7 @@ from marlparts.utils.spaces import flatten_into
 BUFFER_DTYPES = {
     "obs": np.float32, "final_obs": np.float32, "reward": np.float32, "terminated": np.bool_,
     "truncated": np.bool_, "active": np.bool_, "episode_end": np.bool_, "state": np.float32,
-    "final_state": np.float32, "mask": np.bool_, "action": np.float64,
+    "final_state": np.float32, "mask": np.bool_, "final_mask": np.bool_, "action": np.float64,
 }
 
 
@@ -39,6 +39,7 @@ def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
         shapes["state"] = (num_envs, layout.state_size)
     if layout.has_masks:
         shapes["mask"] = (num_envs, layout.masks.total)
+        shapes["final_mask"] = (num_envs, layout.masks.total)
     return shapes
 
 
@@ -171,6 +172,8 @@ class CopyBlock:
         self.b["episode_end"][row] = False
         self.b["final_obs"][row] = 0.0
         self.b["final_state"][row] = 0.0
+        if "final_mask" in self.b:
+            self.b["final_mask"][row] = True
 
     def _write_final_state(self, row: int) -> None:
         """The global state at the step where some agent's episode ended: the env's state after the
@@ -204,19 +207,25 @@ class CopyBlock:
         if "state" in self.b:
             self.b["state"][row] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
         if layout.has_masks:
-            self._write_masks(row, obs, infos, live)
+            self._write_masks(row, obs, infos, live, ended)
 
-    def _write_masks(self, row: int, obs: Dict[str, Any], infos: Dict[str, Any], live: set) -> None:
+    def _write_masks(self, row: int, obs: Dict[str, Any], infos: Dict[str, Any], live: set, ended: Any) -> None:
+        """Masks of the agents that act next; the masks of agents whose episode ended go to ``final_mask``
+        (what was legal at their final observation, which a time limit bootstraps from).
+        """
         mask_row = self.b["mask"][row]
         mask_row[:] = True  # agents that do not act get an all-allowed mask, never an empty one
-        for uid in live:
-            if self.layout.mask_in_observation and uid in obs:
-                mask = obs[uid]["action_mask"]
-            elif isinstance(infos.get(uid), dict) and "action_mask" in infos[uid]:
-                mask = infos[uid]["action_mask"]
-            else:
-                continue
-            mask_row[self.mask_columns[uid]] = np.asarray(mask, dtype=bool).reshape(-1)
+        for uid, target in [(uid, mask_row) for uid in live] + [(uid, self.b["final_mask"][row]) for uid in ended]:
+            mask = self._mask_of(uid, obs, infos)
+            if mask is not None:
+                target[self.mask_columns[uid]] = np.asarray(mask, dtype=bool).reshape(-1)
+
+    def _mask_of(self, uid: str, obs: Dict[str, Any], infos: Dict[str, Any]) -> Optional[Any]:
+        if self.layout.mask_in_observation and uid in obs:
+            return obs[uid]["action_mask"]
+        if isinstance(infos.get(uid), dict) and "action_mask" in infos[uid]:
+            return infos[uid]["action_mask"]
+        return None
 
 
 def _worker_main(connection: Any, factory: Callable[[], Any], rows: List[int], layout: EnvLayout,

@@ -168,6 +168,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         infos["final_state"] = self._tensor(b["final_state"])
         if layout.has_masks:
             infos["action_mask"] = AgentTensors(self._tensor(b["mask"]), layout.masks)
+            infos["final_action_mask"] = AgentTensors(self._tensor(b["final_mask"]), layout.masks)
         return AgentTensors(self._tensor(b["obs"]), layout.observations), infos
 
     def _write_actions(self, actions: Mapping[str, Any]) -> None:

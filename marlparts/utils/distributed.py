@@ -115,7 +115,8 @@ def mean_over_ranks(value: float) -> float:
     """The mean of a number over the ranks (e.g. the KL that a learning-rate schedule follows)."""
     if not is_distributed():
         return float(value)
-    return float(all_reduce_sum(torch.tensor([float(value)], dtype=torch.float64))) / dist.get_world_size()
+    device = local_device() if dist.get_backend() == "nccl" else torch.device("cpu")  # nccl reduces CUDA tensors only
+    return float(all_reduce_sum(torch.tensor([float(value)], dtype=torch.float64, device=device))) / dist.get_world_size()
 
 
 def all_gather_tensors(tensor: torch.Tensor) -> torch.Tensor:

@@ -122,6 +122,7 @@ class Tracker:
                  wandb_kwargs: Optional[Dict[str, Any]] = None, config: Optional[Dict[str, Any]] = None) -> None:
         self._values: Dict[str, List[float]] = collections.defaultdict(list)
         self._ratios: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+        self._last_step: Optional[int] = None
         self.directory = directory
         self.sinks: List[Any] = []
         if tensorboard:
@@ -155,7 +156,13 @@ class Tracker:
         return means
 
     def write(self, step: int) -> Dict[str, float]:
-        """Write the means at ``step`` to every sink, clear them, and return them."""
+        """Write the means at ``step`` to every sink, clear them, and return them.
+
+        A step is written once: values recorded after ``step`` was written wait for the next write.
+        """
+        if step == self._last_step:
+            return {}
+        self._last_step = step
         means = self.means()
         if means:
             self._to_sinks("scalars", means, step)
