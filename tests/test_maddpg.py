@@ -359,3 +359,18 @@ def test_with_own_actions_places_each_agents_action_in_its_own_row():
     assert replaced[0, 1].tolist() == [0, 1, 2, 3, 4, -2, -2]       # agent 2's row: its columns replaced
     replaced.sum().backward()
     assert own.grad.tolist() == [[[1, 1], [2, 2]]] * 2
+
+
+def test_hard_target_updates_every_interval():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    agent = build(env, cfg={"polyak": 1.0, "target_update_interval": 3, "learning_starts": 1000})
+    run(agent, env, 4)
+    record = agent.trained[0]
+    for step in range(1, 7):
+        with torch.no_grad():
+            for p in record.model.parameters():
+                p.add_(1.0)
+        agent.gradient_step = step
+        agent.update_targets()
+        same = all(torch.equal(t, p) for t, p in zip(record.target.parameters(), record.model.parameters()))
+        assert same == (step % 3 == 0), step

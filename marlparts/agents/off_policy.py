@@ -27,7 +27,8 @@ OFF_POLICY_DEFAULT_CONFIG: Config = Config({
     "learning_starts": 100,            # vectorized env steps stored before the first update
     "random_timesteps": 0,             # vectorized env steps with uniformly random actions
     "discount_factor": 0.95,           # (per agent allowed)
-    "polyak": 0.01,                    # soft update factor of the target networks
+    "polyak": 0.01,                    # soft update factor of the target networks (1.0: copy)
+    "target_update_interval": 1,       # gradient steps between target updates (e.g. 200 with polyak 1.0: hard updates)
     "grad_norm_clip": 0.5,             # per model; 0 disables clipping (per agent allowed)
     "observation_preprocessor": None,  # applied to every agent's observations, e.g. RunningStandardScaler
     "observation_preprocessor_kwargs": {},
@@ -305,7 +306,11 @@ class OffPolicyMultiAgent(MultiAgent):
                           for uid in self.possible_agents])
 
     def update_targets(self, records: Optional[Sequence[TrainedModel]] = None) -> None:
-        """Soft-update the target networks (of ``records``, or of every trained model) towards their models."""
+        """Move the target networks (of ``records``, or of every trained model) towards their models by
+        ``polyak``, at every ``target_update_interval``-th gradient step.
+        """
+        if self.gradient_step % self.cfg["target_update_interval"]:
+            return
         for record in self.trained if records is None else records:
             if record.target is not None:
                 record.target.update_parameters(record.model, polyak=self.cfg["polyak"])
