@@ -24,7 +24,6 @@ Results go to benchmarks/results/throughput.json.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -38,22 +37,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "examples" / "mpe"))  # the examples import their shared helper module
+sys.path.insert(0, str(ROOT / "tests"))  # the builders of the examples' agents that the tests use too
 
+from spread_agents import COPIES, make_spread_agent, make_spread_env  # noqa: E402
 from synthetic import SyntheticEnv  # noqa: E402
 
 from marlparts.agents import MultiAgent  # noqa: E402
 from marlparts.trainers import SequentialTrainer  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
-
-
-def load_example(name: str):
-    """Import ``examples/mpe/<name>.py``."""
-    path = ROOT / "examples" / "mpe" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def random_actions(env, generator):
@@ -81,15 +72,15 @@ def env_stepper(env) -> Callable[[int], None]:
     return step
 
 
-def training_stepper(example, env, directory: str, *, count_work: bool = False
+def training_stepper(name: str, env, directory: str, *, count_work: bool = False
                      ) -> Tuple[Callable[[int], None], Dict[str, float], MultiAgent]:
-    """A function that trains the example's agent on ``env`` for ``n`` vectorized steps, a dict
+    """A function that trains the agent ``name`` (the example's configuration) on ``env`` for ``n`` vectorized steps, a dict
     whose ``"update"`` sums the seconds spent inside ``agent.update``, and the agent. One warm-up
     update runs first; with ``count_work`` a second one is run under PyTorch's flop counter and
     the dict's ``"flop_per_step"`` holds its matrix-product work per vectorized step."""
     set_seed(0)
-    agent = example.make_agent(env, directory, experiment={"tensorboard": False, "checkpoint_interval": 0,
-                                                           "directory": directory})
+    agent = make_spread_agent(name, env, directory, experiment={"tensorboard": False, "csv": False,
+                                                                "checkpoint_interval": 0, "directory": directory})
 
     def train(n: int) -> None:
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": n, "disable_progressbar": True}).train()
@@ -146,10 +137,9 @@ def interleaved(first: Callable[[int], None], second: Callable[[int], None], chu
 
 def mpe_figures(args, report) -> None:
     """Env-only and training rates on MPE simple_spread, each pair timed in alternating chunks."""
-    mappo = load_example("simple_spread_mappo")
-    num_envs = args.num_envs or mappo.NUM_ENVS
-    single_env = mappo.make_env(num_envs, 0, 0, device=args.device)
-    worker_env = mappo.make_env(num_envs, args.workers, 0, device=args.device)
+    num_envs = args.num_envs or COPIES["mappo"]
+    single_env = make_spread_env(num_envs, device=args.device)
+    worker_env = make_spread_env(num_envs, device=args.device, workers=args.workers)
     single = env_stepper(single_env)
     single_seconds, worker_seconds = interleaved(single, env_stepper(worker_env), args.chunk, args.rounds)
     worker_env.close()
@@ -160,8 +150,8 @@ def mpe_figures(args, report) -> None:
     report("workers_over_single_process", single_seconds / worker_seconds,
            "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
 
-    train_env = mappo.make_env(num_envs, 0, 0, device=args.device)
-    train, seconds, _ = training_stepper(mappo, train_env, args.directory)
+    train_env = make_spread_env(num_envs, device=args.device)
+    train, seconds, _ = training_stepper("mappo", train_env, args.directory)
     train_seconds, env_seconds = interleaved(train, single, args.chunk, args.rounds)
     train_env.close()
     single_env.close()
@@ -171,11 +161,10 @@ def mpe_figures(args, report) -> None:
     report("mappo_update_share", seconds["update"] / (train_seconds * args.chunk * (args.rounds + 1)),
            "  share of training time in update: {:6.1%}")
 
-    maddpg = load_example("simple_spread_maddpg")
-    num_envs = args.num_envs or maddpg.NUM_ENVS
-    train_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
-    single_env = maddpg.make_env(num_envs, 0, 0, device=args.device)
-    train, _, _ = training_stepper(maddpg, train_env, args.directory)
+    num_envs = args.num_envs or COPIES["maddpg"]
+    train_env = make_spread_env(num_envs, continuous=True, device=args.device)
+    single_env = make_spread_env(num_envs, continuous=True, device=args.device)
+    train, _, _ = training_stepper("maddpg", train_env, args.directory)
     train_seconds, env_seconds = interleaved(train, env_stepper(single_env), args.chunk, args.rounds)
     train_env.close()
     single_env.close()
@@ -188,15 +177,14 @@ def mpe_figures(args, report) -> None:
 def scaling_figures(args, report) -> None:
     """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks,
     for each number of copies in ``--scaling-copies`` and each thread count in ``--scaling-threads``."""
-    mappo = load_example("simple_spread_mappo")
-    copies_list = args.scaling_copies or [args.num_envs or mappo.NUM_ENVS]
+    copies_list = args.scaling_copies or [args.num_envs or COPIES["mappo"]]
     for threads in args.scaling_threads or [args.threads]:
         torch.set_num_threads(threads)
         for num_envs in copies_list:
             many_env = SyntheticEnv(30, num_envs=num_envs, device=args.device)
-            few, few_seconds, _ = training_stepper(mappo, SyntheticEnv(3, num_envs=num_envs, device=args.device),
+            few, few_seconds, _ = training_stepper("mappo", SyntheticEnv(3, num_envs=num_envs, device=args.device),
                                                    args.directory, count_work=True)
-            many, many_seconds, many_agent = training_stepper(mappo, many_env, args.directory, count_work=True)
+            many, many_seconds, many_agent = training_stepper("mappo", many_env, args.directory, count_work=True)
             few_step, many_step = interleaved(few, many, args.chunk, args.rounds)
             timed_steps = args.chunk * (args.rounds + 1)
             suffix = f"_{num_envs}_copies_{threads}_threads"

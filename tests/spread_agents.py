@@ -1,7 +1,8 @@
-"""The tests' own builders of simple_spread agents, with the configurations the examples use.
+"""The tests' and benchmarks' own builders of simple_spread agents, with the configurations the examples use.
 
-Tests build their agents here rather than through the examples' functions, so that an example
-stays a script that reads top to bottom; ``test_examples.py`` runs the scripts themselves.
+They build their agents here rather than through the examples' functions, so that an example
+stays a script that reads top to bottom; ``test_examples.py`` and ``benchmarks/learning.py`` run
+the scripts themselves.
 """
 
 import torch
@@ -61,10 +62,10 @@ class DeterministicPolicy(DeterministicMixin, Model):
         return self.low + (self.high - self.low) * torch.sigmoid(output), {}
 
 
-def make_spread_env(num_envs, *, seed=0, agents=3, continuous=False, device="cpu"):
+def make_spread_env(num_envs, *, seed=0, agents=3, continuous=False, device="cpu", workers=0):
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=agents, max_cycles=25, local_ratio=0.5,
                                                           continuous_actions=continuous),
-                    num_envs=num_envs, seed=seed, device=device, state_source="observations")
+                    num_envs=num_envs, seed=seed, device=device, state_source="observations", workers=workers)
 
 
 def make_spread_agent(name, env, directory, **overrides):
