@@ -1,6 +1,6 @@
 """A batched multi-agent env whose step costs nearly nothing, to time the algorithm alone."""
 
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import gymnasium
 import numpy as np
@@ -52,8 +52,8 @@ class SyntheticEnv(MultiAgentEnv):
                 "episode_end": torch.full((self.num_envs, 1), ended, device=self.device),
                 "final_observation": AgentTensors(final, self._layout), "final_state": final}
 
-    def reset(self) -> Tuple[AgentTensors, Dict[str, Any]]:
-        """Start at the first bank entry."""
+    def reset(self, seed: Optional[int] = None) -> Tuple[AgentTensors, Dict[str, Any]]:
+        """Start at the first bank entry (the steps are fixed: ``seed`` changes nothing)."""
         self._t = 0
         return AgentTensors(self._bank[0], self._layout), self._infos(False, self._bank[0])
 

@@ -82,8 +82,11 @@ def training_stepper(name: str, env, directory: str, *, count_work: bool = False
     agent = make_spread_agent(name, env, directory, experiment={"tensorboard": False, "csv": False,
                                                                 "checkpoint_interval": 0, "directory": directory})
 
-    def train(n: int) -> None:
-        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": n, "disable_progressbar": True}).train()
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
+
+    def train(n: int) -> None:  # one trainer: the chunks continue one run
+        trainer.cfg["timesteps"] = n
+        trainer.train()
 
     warmup_steps = agent.cfg.get("rollouts", agent.cfg.get("learning_starts", 100))
     train(warmup_steps)
