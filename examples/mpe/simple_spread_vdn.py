@@ -58,10 +58,11 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> V
     cfg = VDN_DEFAULT_CONFIG.copy()
     cfg["batch_size"] = 1024
     cfg["learning_starts"] = 100
-    cfg["update_interval"] = 4  # one gradient step per 4 x num_envs env steps
+    cfg["update_interval"] = 2  # one gradient step per 2 x num_envs env steps
     cfg["discount_factor"] = 0.95
-    cfg["polyak"] = 0.01
+    cfg["polyak"] = 0.005
     cfg["learning_rate"] = 5e-4
+    cfg["grad_norm_clip"] = 10.0
     cfg["exploration"] = {"initial_epsilon": 1.0, "final_epsilon": 0.05, "timesteps": 10_000}
     cfg["experiment"]["directory"] = directory
     cfg.update(overrides)
