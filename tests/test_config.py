@@ -72,3 +72,18 @@ def test_one_memory_given_to_several_groups_is_an_error():
               memories={uid: shared_memory for uid in env.possible_agents},
               observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
               state_spaces=env.state_spaces, cfg=cfg)
+
+
+def test_agents_that_share_models_with_other_spaces_are_named():
+    from helpers import box
+
+    env = spread()
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    value = Value(observation_space=env.state_space, output_size=3)
+    spaces = dict(env.observation_spaces, agent_1=box(17))
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg["rollouts"] = 4
+    with pytest.raises(ValueError, match=r"'agent_0' and 'agent_1' share models but their observation spaces differ"):
+        MAPPO(possible_agents=env.possible_agents, models={u: {"policy": policy, "value": value} for u in env.possible_agents},
+              memories={u: RandomMemory(memory_size=4, num_envs=2) for u in env.possible_agents},
+              observation_spaces=spaces, action_spaces=env.action_spaces, state_spaces=env.state_spaces, cfg=cfg)

@@ -101,6 +101,7 @@ class MultiAgent:
         self.memories = memories
         self.groups: List[AgentGroup] = build_groups(self.possible_agents, self.models, self.ROLES, memories)
         for group in self.groups:
+            self._check_group_spaces(group)
             what = f"the group {group.uids} that shares models"
             group.cfg = {key: agreed_value(self.cfg, key, group.uids, what) if key in self.PER_AGENT_KEYS else value
                          for key, value in self.cfg.items()}
@@ -146,6 +147,15 @@ class MultiAgent:
                 if is_recurrent(roles[role]) and not self.SUPPORTS_SEQUENCES:
                     raise TypeError(f"models[{uid!r}][{role!r}] is recurrent, but {type(self).__name__} does not train on "
                                     "sequences: use MAPPO or IPPO with cfg['sequence_length'], or a feed-forward model")
+
+    def _check_group_spaces(self, group: AgentGroup) -> None:
+        """Agents that share models must see and act in the same spaces."""
+        first = group.uids[0]
+        for uid in group.uids[1:]:
+            for name, spaces in (("observation", self.observation_spaces), ("action", self.action_spaces)):
+                if spaces[uid] != spaces[first]:
+                    raise ValueError(f"agents {first!r} and {uid!r} share models but their {name} spaces differ: "
+                                     f"{spaces[first]} vs {spaces[uid]}")
 
     def distinct_models(self, role: Optional[str] = None) -> List[Model]:
         """Every distinct model instance (of ``role`` if given), in first-use order."""

@@ -112,10 +112,6 @@ class MADDPG(OffPolicyMultiAgent):
 
     def _check_group(self, group: AgentGroup) -> None:
         first = group.uids[0]
-        for uid in group.uids[1:]:
-            if self.observation_spaces[uid] != self.observation_spaces[first] or \
-                    self.action_spaces[uid] != self.action_spaces[first]:
-                raise ValueError(f"agents {first!r} and {uid!r} share models but their spaces differ")
         group.models["policy"].check_input_size(expected=flat_size(self.observation_spaces[first]),
                                                 outputs=self.action_widths[first],
                                                 what=f"models[{first!r}]['policy'] (observation in, action out)")

@@ -110,11 +110,6 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
     def _check_groups(self) -> None:
         for group in self.groups:
             first = group.uids[0]
-            for uid in group.uids[1:]:
-                for name, spaces in (("observation", self.observation_spaces), ("action", self.action_spaces)):
-                    if spaces[uid] != spaces[first]:
-                        raise ValueError(f"agents {first!r} and {uid!r} share models but their {name} spaces differ: "
-                                         f"{spaces[first]} vs {spaces[uid]}")
             policy, value = group.models["policy"], group.models["value"]
             policy.check_input_size(expected=flat_size(self.observation_spaces[first]),
                                     what=f"models[{first!r}]['policy'] (observation space of {first!r})")

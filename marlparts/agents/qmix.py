@@ -59,10 +59,6 @@ class QMIX(OffPolicyMultiAgent):
                                 f"action space {space} (for continuous actions use MADDPG, MATD3 or MASAC)")
         for group in self.groups:
             uid = group.uids[0]
-            for other in group.uids[1:]:
-                if self.observation_spaces[other] != self.observation_spaces[uid] or \
-                        self.action_spaces[other] != self.action_spaces[uid]:
-                    raise ValueError(f"agents {uid!r} and {other!r} share models but their spaces differ")
             group.models["q"].check_input_size(expected=flat_size(self.observation_spaces[uid]),
                                                outputs=int(self.action_spaces[uid].n),
                                                what=f"models[{uid!r}]['q'] (observation in, one utility per action out)")

@@ -1,9 +1,19 @@
 """Diagonal Gaussian policies over ``Box`` actions."""
 
-from typing import Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Tuple
 
 import torch
 from torch.distributions import Normal
+
+
+def gaussian_log_std(model: Any, mean: torch.Tensor, extras: Mapping[str, Any]) -> torch.Tensor:
+    """The log standard deviation of a Gaussian policy, shaped like ``mean``: ``extras["log_std"]``, or the
+    model's ``log_std`` parameter, clamped to ``[model.min_log_std, model.max_log_std]``.
+    """
+    log_std = extras.get("log_std", getattr(model, "log_std", None))
+    if log_std is None:
+        raise AttributeError(f"{type(model).__name__}: define a `log_std` parameter or return extras['log_std']")
+    return log_std.clamp(model.min_log_std, model.max_log_std).expand_as(mean)
 
 
 class GaussianMixin:
@@ -26,10 +36,7 @@ class GaussianMixin:
     def act(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, torch.Tensor, Dict]:
         """Return ``(actions (batch, act_dim), log_prob (batch, 1), outputs)``."""
         mean, outputs = self.compute(inputs, role)
-        log_std = outputs.get("log_std", getattr(self, "log_std", None))
-        if log_std is None:
-            raise AttributeError(f"{type(self).__name__}: define a `log_std` parameter or return extras['log_std']")
-        log_std = log_std.clamp(self.min_log_std, self.max_log_std).expand_as(mean)
+        log_std = gaussian_log_std(self, mean, outputs)
         distribution = Normal(mean, log_std.exp(), validate_args=False)
         taken = inputs.get("taken_actions")
         actions = distribution.rsample() if taken is None else taken

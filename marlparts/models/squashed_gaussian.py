@@ -6,6 +6,8 @@ from typing import Dict, Mapping, Tuple
 import torch
 from torch.distributions import Normal
 
+from marlparts.models.gaussian import gaussian_log_std
+
 
 class SquashedGaussianMixin:
     """Turns the mean that ``compute`` returns into a tanh-squashed Gaussian policy over the action Box.
@@ -24,10 +26,7 @@ class SquashedGaussianMixin:
     def act(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, torch.Tensor, Dict]:
         """Return ``(actions (batch, act_dim), log_prob (batch, 1), outputs)``."""
         mean, outputs = self.compute(inputs, role)
-        log_std = outputs.get("log_std", getattr(self, "log_std", None))
-        if log_std is None:
-            raise AttributeError(f"{type(self).__name__}: define a `log_std` parameter or return extras['log_std']")
-        log_std = log_std.clamp(self.min_log_std, self.max_log_std).expand_as(mean)
+        log_std = gaussian_log_std(self, mean, outputs)
         low = torch.as_tensor(self.action_space.low, device=mean.device, dtype=mean.dtype)
         high = torch.as_tensor(self.action_space.high, device=mean.device, dtype=mean.dtype)
         half_range = (high - low) / 2
