@@ -22,7 +22,8 @@ class QMixer(DeterministicMixin, Model):
         state_space: the global state's space.
         num_agents: how many agent values are mixed.
         embed_dim: width of the mixing layer.
-        hypernet_hidden: hidden width of the hypernetworks of the first layer's weights.
+        hypernet_hidden: hidden width of the hypernetworks of the mixing weights; 0 makes them single
+            linear layers of the state (the original QMIX's).
     """
 
     def __init__(self, *, state_space: gymnasium.Space, num_agents: int, embed_dim: int = 32,
@@ -30,10 +31,15 @@ class QMixer(DeterministicMixin, Model):
         super().__init__(observation_space=state_space, output_size=1, device=device)
         self.num_agents, self.embed_dim = int(num_agents), int(embed_dim)
         state = self.num_observations
-        self.hyper_w1 = nn.Sequential(nn.Linear(state, hypernet_hidden), nn.ReLU(),
-                                      nn.Linear(hypernet_hidden, self.num_agents * self.embed_dim))
+
+        def hypernet(outputs: int) -> nn.Module:
+            if hypernet_hidden <= 0:
+                return nn.Linear(state, outputs)
+            return nn.Sequential(nn.Linear(state, hypernet_hidden), nn.ReLU(), nn.Linear(hypernet_hidden, outputs))
+
+        self.hyper_w1 = hypernet(self.num_agents * self.embed_dim)
         self.hyper_b1 = nn.Linear(state, self.embed_dim)
-        self.hyper_w2 = nn.Sequential(nn.Linear(state, hypernet_hidden), nn.ReLU(), nn.Linear(hypernet_hidden, self.embed_dim))
+        self.hyper_w2 = hypernet(self.embed_dim)
         self.hyper_b2 = nn.Sequential(nn.Linear(state, self.embed_dim), nn.ReLU(), nn.Linear(self.embed_dim, 1))
 
     def compute(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, Dict]:
