@@ -1,7 +1,6 @@
 """The base of every multi-agent algorithm: configuration, groups, hooks, tracking, checkpoints."""
 
 import contextlib
-import copy
 import datetime
 import os
 import warnings
@@ -10,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gymnasium
 import torch
 
-from marlparts.agents.checkpoints import check_part_fits
+from marlparts.agents.checkpoints import CheckpointMixin
 from marlparts.agents.groups import AgentGroup, build_groups
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.memories.base import Memory
@@ -25,8 +24,6 @@ from marlparts.utils.distributed import (
     is_distributed,
     is_main_process,
 )
-from marlparts.utils.files import save_atomically
-from marlparts.utils.seeding import rng_states, set_rng_states
 from marlparts.utils.tracking import Tracker
 
 EXPERIMENT_DEFAULTS = {
@@ -42,7 +39,7 @@ EXPERIMENT_DEFAULTS = {
 }
 
 
-class MultiAgent:
+class MultiAgent(CheckpointMixin):
     """Base of the multi-agent algorithms.
 
     Subclasses set ``DEFAULT_CONFIG``, ``ROLES`` (the model roles each agent needs) and
@@ -390,109 +387,6 @@ class MultiAgent:
         self.training = mode == "train"
         for model in self.distinct_models():
             model.train(self.training)
-
-    # ----------------------------------------------------------------------------- checkpoints
-    def checkpoint_parts(self) -> Dict[str, Any]:
-        """``{name: part}`` of every object with a ``state_dict`` that makes up the algorithm's state."""
-        parts: Dict[str, Any] = {}
-        for record in self.trained:
-            parts.update(record.checkpoint_parts())
-        return parts
-
-    def counters(self) -> Dict[str, Any]:
-        """The algorithm's counters (subclasses add theirs): saved and restored with the models."""
-        return {"timestep": self.timestep, "best_return": self.best_return}
-
-    def load_counters(self, counters: Mapping[str, Any]) -> None:
-        """Restore what :meth:`counters` returned."""
-        self.timestep = int(counters["timestep"])
-        self.best_return = float(counters["best_return"])
-
-    def state_dict(self, *, include_memory: Optional[bool] = None) -> Dict[str, Any]:
-        """Everything that makes up the algorithm's state: models, optimizers, schedulers, preprocessors,
-        counters, the random generators' states, the experiment folder and, if ``include_memory``
-        (default ``cfg["experiment"]["checkpoint_memory"]``), each group's memory.
-        """
-        if include_memory is None:
-            include_memory = bool(self.cfg["experiment"]["checkpoint_memory"])
-        state = {"modules": {name: part.state_dict() for name, part in self.checkpoint_parts().items()},
-                 "counters": self.counters(), "rng": rng_states(), "experiment_dir": self.experiment_dir}
-        if include_memory and self.NEEDS_MEMORY:
-            state["memories"] = {group.uids[0]: group.memory.state_dict() for group in self.groups}
-        return state
-
-    def _check_state(self, state: Mapping[str, Any]) -> None:
-        """Raise a clear error if ``state`` does not fit this algorithm; changes nothing."""
-        parts = self.checkpoint_parts()
-        modules = state.get("modules", {})
-        missing, unknown = sorted(set(parts) - set(modules)), sorted(set(modules) - set(parts))
-        if missing or unknown:
-            raise KeyError(f"checkpoint does not match this {type(self).__name__}: parts missing from it {missing}, "
-                           f"parts this algorithm does not have {unknown}")
-        for name, part in parts.items():
-            check_part_fits(name, part, modules[name])
-        missing = sorted(set(self.counters()) - set(state.get("counters", {})))
-        if missing:
-            raise KeyError(f"checkpoint does not match this {type(self).__name__}: counters missing from it {missing}")
-        missing = sorted({"torch", "numpy", "python"} - set(state.get("rng", {})))
-        if missing:
-            raise KeyError(f"checkpoint has no rng state for {missing}")
-        for uid, memory_state in state.get("memories", {}).items():
-            group = next((g for g in self.groups if g.uids[0] == uid), None)
-            if group is None:
-                raise KeyError(f"checkpoint holds a memory for {uid!r}, which leads no group of this algorithm")
-            group.memory.check_state(memory_state, what=f"memories[{uid!r}]")
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned; everything is checked first, and a load that fails
-        leaves the algorithm as it was.
-        """
-        self._check_state(state)
-        backup = copy.deepcopy(self.state_dict(include_memory=False))
-        try:
-            self._apply_state(state)
-        except Exception:
-            self._apply_state(backup)
-            raise
-
-    def _apply_state(self, state: Mapping[str, Any]) -> None:
-        for name, part in self.checkpoint_parts().items():
-            part.load_state_dict(state["modules"][name])
-        self.load_counters(state["counters"])
-        set_rng_states(state["rng"])
-        for group in self.groups:  # last: the backup a failed load falls back on does not hold memories
-            if group.uids[0] in state.get("memories", {}):
-                group.memory.load_state_dict(state["memories"][group.uids[0]])
-        folder = state.get("experiment_dir")
-        if self.experiment_dir is None and not self.cfg["experiment"]["experiment_name"] and folder \
-                and os.path.isdir(folder):
-            self.experiment_dir = folder  # a resumed run goes on writing where it wrote before
-
-    def save(self, path: str) -> None:
-        """Write the algorithm's state to ``path`` atomically: a crash never leaves a half-written file."""
-        save_atomically(self.state_dict(), path)
-
-    def load(self, path: str) -> None:
-        """Load a checkpoint written by :meth:`save` and continue from it.
-
-        Only tensors and plain data are read (``weights_only=True``: no code runs). The
-        checkpoint is checked against this algorithm before anything changes; on a mismatch
-        the error names the part (role and agents) and the tensor. A run resumed this way
-        keeps counting its timesteps and, when ``experiment_name`` is empty and the
-        checkpoint's experiment folder exists here, goes on writing into that folder.
-        """
-        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
-
-    def save_checkpoint(self, path: str) -> None:
-        """:meth:`save` to ``path`` and tell the callbacks."""
-        self.save(path)
-        for callback in self.callbacks:
-            callback.on_checkpoint(self, path)
-
-    def write_checkpoint(self) -> None:
-        """Write ``checkpoints/agent_<timestep>.pt`` into the experiment folder (rank 0 only under torchrun)."""
-        if self.experiment_dir is not None and is_main_process():
-            self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt"))
 
     def close(self) -> None:
         """Flush and close the tracker."""
