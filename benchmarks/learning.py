@@ -13,6 +13,7 @@ comparison).
 
 import argparse
 import json
+import os
 import pathlib
 import re
 import shlex
@@ -30,7 +31,7 @@ def run_example(algorithm: str, seed: int, timesteps: int, episodes: int, direct
     """Train and evaluate one seed; the example's evaluation report and its training time."""
     done = subprocess.run([sys.executable, str(EXAMPLES[algorithm]), "--seed", str(seed), "--timesteps", str(timesteps),
                            "--episodes", str(episodes), "--directory", directory, *extra],
-                          capture_output=True, text=True, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
+                          capture_output=True, text=True, env={**os.environ, "TQDM_DISABLE": "1"})
     trained = TRAINED.search(done.stdout)
     if done.returncode != 0 or trained is None:
         raise RuntimeError(f"{algorithm} seed {seed} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")

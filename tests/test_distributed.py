@@ -46,3 +46,14 @@ def test_ranks_with_different_spaces_are_a_clear_error(tmp_path):
     done = torchrun(tmp_path, "--different-spaces")
     assert done.returncode != 0
     assert "the ranks do not agree on what they train: the observation space of agent_0 is" in done.stderr
+
+
+def test_more_nccl_ranks_than_gpus_is_a_clear_error(monkeypatch):
+    from marlparts.utils import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(RuntimeError, match=r"LOCAL_RANK=1 has no GPU of its own: this machine has 1 CUDA device"):
+        distributed.init_distributed()

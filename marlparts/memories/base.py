@@ -29,9 +29,24 @@ class Memory:
         self.memory_size = int(memory_size)
         self.num_envs = int(num_envs)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self._device_given = device is not None
         self.tensors: Dict[str, torch.Tensor] = {}
         self.memory_index = 0
         self.filled = False
+
+    def use_device(self, device: Union[str, torch.device], *, owner: str) -> None:
+        """Put this memory where the algorithm that owns it computes.
+
+        A memory made without ``device=`` follows the algorithm (its tensors move there); one made
+        for another device is an error, since every batch it gives would be on the wrong device.
+        ``owner`` names the memory in that error.
+        """
+        device = torch.device(device)
+        if self._device_given and not same_device(self.device, device):
+            raise ValueError(f"{owner} was made with device={self.device} but the algorithm computes on {device}: "
+                             f"make the memory with device={device} (or without device=, to follow the algorithm)")
+        self.device = device
+        self.tensors = {name: tensor.to(device) for name, tensor in self.tensors.items()}
 
     def __len__(self) -> int:
         """Number of stored samples (steps × env copies)."""
@@ -157,3 +172,12 @@ class Memory:
             return self.tensors[name]
         except KeyError:
             raise KeyError(f"memory has no tensor {name!r}; it has {sorted(self.tensors)}") from None
+
+
+def same_device(first: torch.device, second: torch.device) -> bool:
+    """Whether two devices are the same, ``cuda`` and ``cuda:<current>`` alike."""
+    if first.type != second.type:
+        return False
+    if first.index is None or second.index is None:
+        return True
+    return first.index == second.index

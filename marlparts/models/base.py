@@ -37,6 +37,18 @@ class Model(nn.Module):
         self.num_outputs = int(output_size) if output_size is not None else (self.num_actions or 1)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
 
+    def _apply(self, fn, *args, **kwargs):
+        """Move or cast as ``nn.Module`` does, and keep :attr:`device` where the parameters now are
+        (``model.to("cuda")`` or an algorithm moving its models must not leave ``device`` saying ``cpu``).
+        """
+        module = super()._apply(fn, *args, **kwargs)
+        tensor = next(iter(self.parameters()), None)
+        if tensor is None:
+            tensor = next(iter(self.buffers()), None)
+        if tensor is not None:
+            self.device = tensor.device
+        return module
+
     def compute(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Return ``(output, extras)`` for ``inputs``; ``role`` names the use (``"policy"``, ``"value"``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute(inputs, role)")

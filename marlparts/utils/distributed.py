@@ -50,7 +50,12 @@ def init_distributed(backend: str = "auto") -> Tuple[int, int]:
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if local_rank >= gpus:
+            raise RuntimeError(f"the rank with LOCAL_RANK={local_rank} has no GPU of its own: this machine has {gpus} "
+                               f"CUDA device(s) and nccl needs one per rank; start at most {gpus} process(es) per "
+                               f"node (torchrun --nproc_per_node={gpus}) or use init_distributed('gloo')")
+        torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)
     return rank_and_world_size()
 
