@@ -57,3 +57,29 @@ def test_more_nccl_ranks_than_gpus_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(RuntimeError, match=r"LOCAL_RANK=1 has no GPU of its own: this machine has 1 CUDA device"):
         distributed.init_distributed()
+
+
+def test_auto_backend_follows_the_training_device_not_the_machine(monkeypatch):
+    """torchrun with --device cpu on a machine with GPUs trains with gloo, whatever the ranks per GPU."""
+    from marlparts.utils import distributed
+
+    chosen = []
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(distributed.dist, "init_process_group", lambda backend: chosen.append(backend))
+    monkeypatch.setattr(distributed, "rank_and_world_size", lambda: (3, 4))
+    distributed.init_distributed(device="cpu")
+    assert chosen == ["gloo"]
+    with pytest.raises(RuntimeError, match="LOCAL_RANK=3 has no GPU of its own"):
+        distributed.init_distributed(device="cuda")
+
+
+def test_nccl_without_any_gpu_says_so(monkeypatch):
+    from marlparts.utils import distributed
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(RuntimeError, match="nccl needs CUDA devices and this process sees none"):
+        distributed.init_distributed("nccl")

@@ -108,7 +108,7 @@ def main() -> None:
     args = parse_arguments()
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
-    _, world_size = init_distributed()
+    _, world_size = init_distributed(device=args.device)
     set_seed(args.seed)
     device = local_device() if args.device == "cuda" and world_size > 1 else args.device
     env = make_env(args.num_envs, args.workers, args.seed, device=device,

@@ -94,6 +94,8 @@ class MultiAgent(CheckpointMixin):
             if memories is None:
                 raise ValueError(f"{type(self).__name__} needs `memories`: one Memory per agent id")
             memories = self._per_agent_dict(memories, "memories")
+            for uid, memory in memories.items():  # every memory checked before any moves
+                memory.check_device(self.device, owner=f"memories[{uid!r}]")
             for uid, memory in memories.items():
                 memory.use_device(self.device, owner=f"memories[{uid!r}]")
         self.models = {uid: dict(models[uid]) for uid in self.possible_agents}

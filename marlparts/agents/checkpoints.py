@@ -136,7 +136,9 @@ class CheckpointMixin:
         keeps counting its timesteps and, when ``experiment_name`` is empty and the
         checkpoint's experiment folder exists here, goes on writing into that folder.
         """
-        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        # read on the CPU: each part copies into its own tensors on the algorithm's device (generator
+        # states must stay on the CPU)
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def save_checkpoint(self, path: str) -> None:
         """:meth:`save` to ``path`` and tell the callbacks."""

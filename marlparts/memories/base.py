@@ -34,19 +34,25 @@ class Memory:
         self.memory_index = 0
         self.filled = False
 
+    def check_device(self, device: Union[str, torch.device], *, owner: str) -> None:
+        """Raise ``ValueError`` (naming ``owner``) if this memory is bound to another device than ``device``."""
+        device = torch.device(device)
+        if self._device_given and not same_device(self.device, device):
+            raise ValueError(f"{owner} is on {self.device} (made with device=, or used by an algorithm there) but "
+                             f"the algorithm computes on {device}: make the memory with device={device} (or without "
+                             f"device=, to follow its algorithm), and give each algorithm memories of its own")
+
     def use_device(self, device: Union[str, torch.device], *, owner: str) -> None:
         """Put this memory where the algorithm that owns it computes.
 
-        A memory made without ``device=`` follows the algorithm (its tensors move there); one made
-        for another device is an error, since every batch it gives would be on the wrong device.
-        ``owner`` names the memory in that error.
+        A memory made without ``device=`` follows the algorithm (its tensors move there) and stays
+        bound to that device; one bound to another device is an error (see :meth:`check_device`),
+        since every batch it gives would be on the wrong device. ``owner`` names the memory in that error.
         """
-        device = torch.device(device)
-        if self._device_given and not same_device(self.device, device):
-            raise ValueError(f"{owner} was made with device={self.device} but the algorithm computes on {device}: "
-                             f"make the memory with device={device} (or without device=, to follow the algorithm)")
-        self.device = device
-        self.tensors = {name: tensor.to(device) for name, tensor in self.tensors.items()}
+        self.check_device(device, owner=owner)
+        self.device = torch.device(device)
+        self._device_given = True
+        self.tensors = {name: tensor.to(self.device) for name, tensor in self.tensors.items()}
 
     def __len__(self) -> int:
         """Number of stored samples (steps × env copies)."""
@@ -175,9 +181,18 @@ class Memory:
 
 
 def same_device(first: torch.device, second: torch.device) -> bool:
-    """Whether two devices are the same, ``cuda`` and ``cuda:<current>`` alike."""
+    """Whether two devices are the same; ``cuda`` without an index is the current CUDA device
+    (where PyTorch sees none, it matches any index).
+    """
+    first, second = _with_index(first), _with_index(second)
     if first.type != second.type:
         return False
     if first.index is None or second.index is None:
         return True
     return first.index == second.index
+
+
+def _with_index(device: torch.device) -> torch.device:
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

@@ -34,6 +34,13 @@ class RunningStandardScaler(nn.Module):
         self.register_buffer("current_count", torch.ones((), dtype=torch.float64, device=device))
         self._cached = None  # (dtype, mean, std) in the input dtype, rebuilt after each change
 
+    def _apply(self, fn, *args, **kwargs):
+        """Move or cast the statistics as ``nn.Module`` does, and drop the cached mean and std
+        (they were made on the old device).
+        """
+        self._cached = None
+        return super()._apply(fn, *args, **kwargs)
+
     def update(self, x: torch.Tensor) -> None:
         """Fold the batch ``x`` (``(..., size)``) into the running statistics.
 

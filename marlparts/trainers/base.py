@@ -6,6 +6,7 @@ import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
+from marlparts.memories.base import same_device
 from marlparts.trainers.callbacks import Callback
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
@@ -90,6 +91,7 @@ class Trainer:
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
         self._check_ownership()
+        self._check_devices(env, "env")
         self.teams = team_names(self.agents)
         position = {uid: i for i, uid in enumerate(env.possible_agents)}
         # each algorithm's agents as columns of (envs, all agents) tensors such as episode returns
@@ -105,6 +107,16 @@ class Trainer:
         self.eval_env = eval_env
         if eval_env is not None and list(eval_env.possible_agents) != list(env.possible_agents):
             raise ValueError(f"eval_env has agents {eval_env.possible_agents}, the training env {env.possible_agents}")
+        if eval_env is not None:
+            self._check_devices(eval_env, "eval_env")
+
+    def _check_devices(self, env: MultiAgentEnv, name: str) -> None:
+        """Raise ``ValueError`` if ``env`` returns tensors on another device than an algorithm computes on."""
+        for agent in self.agents:
+            if not same_device(torch.device(env.device), agent.device):
+                raise ValueError(f"the {name} returns tensors on {env.device} but {type(agent).__name__} (agents "
+                                 f"{agent.possible_agents}) computes on {agent.device}: wrap the env with "
+                                 f"device={str(agent.device)!r} (e.g. wrap_env(..., device={str(agent.device)!r}))")
 
     def stop(self) -> None:
         """End ``train()`` after the current step (for callbacks: early stopping)."""

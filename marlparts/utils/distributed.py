@@ -11,7 +11,7 @@ checkpoints and reports. Without ``torchrun`` every function here is a no-op for
 
 import os
 import warnings
-from typing import Any, Iterable, List, Mapping, Sequence, Tuple
+from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -34,13 +34,15 @@ def is_main_process() -> bool:
     return rank_and_world_size()[0] == 0
 
 
-def init_distributed(backend: str = "auto") -> Tuple[int, int]:
+def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, None] = None) -> Tuple[int, int]:
     """Join the process group that ``torchrun`` describes in the environment (``RANK``, ``WORLD_SIZE``,
     ``MASTER_ADDR``...); nothing happens when the script was not started by ``torchrun``.
 
     Args:
-        backend: ``"gloo"`` (CPU), ``"nccl"`` (CUDA) or ``"auto"``: nccl where CUDA is available, else gloo.
-            On CUDA each rank uses the GPU of its ``LOCAL_RANK``.
+        backend: ``"gloo"`` (CPU), ``"nccl"`` (CUDA) or ``"auto"``: nccl when the training runs on CUDA,
+            else gloo. With nccl each rank uses the GPU of its ``LOCAL_RANK``.
+        device: where the training runs (the examples' ``--device``); for ``"auto"`` without it,
+            nccl is chosen wherever CUDA is available.
 
     Returns:
         ``(rank, world size)``.
@@ -48,9 +50,13 @@ def init_distributed(backend: str = "auto") -> Tuple[int, int]:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return rank_and_world_size()
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        on_cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+        backend = "nccl" if on_cuda else "gloo"
     if backend == "nccl":
         local_rank, gpus = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+        if gpus == 0:
+            raise RuntimeError("nccl needs CUDA devices and this process sees none: train on the CPU with "
+                               "init_distributed('gloo') (or device='cpu')")
         if local_rank >= gpus:
             raise RuntimeError(f"the rank with LOCAL_RANK={local_rank} has no GPU of its own: this machine has {gpus} "
                                f"CUDA device(s) and nccl needs one per rank; start at most {gpus} process(es) per "

@@ -92,10 +92,10 @@ def set_rng_states(states: Dict[str, Any]) -> None:
     """Restore generator states returned by :func:`rng_states`."""
     torch.set_rng_state(states["torch"].cpu())
     numpy = states["numpy"]
-    np.random.set_state(("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["position"], numpy["has_gauss"],
+    np.random.set_state(("MT19937", numpy["keys"].cpu().numpy().astype(np.uint32), numpy["position"], numpy["has_gauss"],
                          numpy["cached_gaussian"]))
     python = states["python"]
-    random.setstate((python["version"], tuple(int(v) for v in python["state"].tolist()), python["gauss"]))
+    random.setstate((python["version"], tuple(int(v) for v in python["state"].cpu().tolist()), python["gauss"]))
     if "cuda" in states and torch.cuda.is_available():  # as many devices as both machines have
         for device, state in enumerate(states["cuda"][:torch.cuda.device_count()]):
             torch.cuda.set_rng_state(state.cpu(), device)
