@@ -74,3 +74,20 @@ def test_mixed_precision_trains_on_cuda(name, tmp_path):
     assert all(torch.isfinite(parameter).all() for parameter in after)
     assert any(not torch.equal(a, b) for a, b in zip(before, after)), "no parameter changed: no update ran"
     env.close()
+
+
+@pytest.mark.parametrize("name", ["mappo", "maddpg"])
+def test_a_checkpoint_loads_into_an_algorithm_on_cuda(name, tmp_path):
+    set_seed(0)
+    env = make_spread_env(4, seed=0, continuous=name == "maddpg", device="cuda")
+    agent = build(name, env, str(tmp_path))
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 120, "disable_progressbar": True}).train()
+    checkpoint = str(tmp_path / "agent.pt")
+    agent.save(checkpoint)
+    loaded = build(name, env, str(tmp_path / "loaded"))
+    loaded.load(checkpoint)
+    for original, restored in zip(agent.distinct_models(), loaded.distinct_models()):
+        for a, b in zip(original.parameters(), restored.parameters()):
+            assert b.is_cuda and torch.equal(a, b)
+    assert loaded.timestep == agent.timestep
+    env.close()
