@@ -5,6 +5,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import gymnasium
 import torch
 
+from marlparts.utils.devices import same_device
 from marlparts.utils.files import save_atomically
 from marlparts.utils.spaces import flat_size
 
@@ -179,20 +180,3 @@ class Memory:
         except KeyError:
             raise KeyError(f"memory has no tensor {name!r}; it has {sorted(self.tensors)}") from None
 
-
-def same_device(first: torch.device, second: torch.device) -> bool:
-    """Whether two devices are the same; ``cuda`` without an index is the current CUDA device
-    (where PyTorch sees none, it matches any index).
-    """
-    first, second = _with_index(first), _with_index(second)
-    if first.type != second.type:
-        return False
-    if first.index is None or second.index is None:
-        return True
-    return first.index == second.index
-
-
-def _with_index(device: torch.device) -> torch.device:
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return device

@@ -6,10 +6,10 @@ import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
-from marlparts.memories.base import same_device
 from marlparts.trainers.callbacks import Callback
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
+from marlparts.utils.devices import same_device
 
 
 class EpisodeEnds(NamedTuple):
