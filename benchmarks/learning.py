@@ -4,7 +4,8 @@
 
 For each seed the example trains for ``--timesteps`` env steps, then runs 100 greedy episodes on
 separate evaluation copies (seeded from their own stream, so training never saw them); the mean
-over agents of the episode return is read from the ``evaluation.json`` it writes. Results are
+over agents of the episode return is read from the ``evaluation.json`` it writes, and the curve of the
+evaluations during training (every ``eval_interval``) from its ``scalars.csv``. Results are
 written to a JSON file after every seed (with the mean, min and max over the seeds so far), so a
 stopped run keeps what it finished. ``--example-args`` passes further options to the example
 (``--discrete`` for MADDPG's discrete task, ``--feed-forward`` for the recurrent example's
@@ -12,6 +13,7 @@ comparison).
 """
 
 import argparse
+import csv
 import json
 import os
 import pathlib
@@ -24,6 +26,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = {name: ROOT / "examples" / "mpe" / f"simple_spread_{name}.py"
             for name in ("mappo", "ippo", "maddpg", "matd3", "masac", "qmix", "vdn", "recurrent_mappo")}
+EXAMPLES["vmas_balance_mappo"] = ROOT / "examples" / "vmas" / "balance_mappo.py"
 TRAINED = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+) s")
 
 
@@ -37,8 +40,20 @@ def run_example(algorithm: str, seed: int, timesteps: int, episodes: int, direct
         raise RuntimeError(f"{algorithm} seed {seed} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
     (report_path,) = pathlib.Path(directory).glob("*/evaluation.json")
     report = json.loads(report_path.read_text())
+    env_steps_per_timestep = int(trained.group(1)) / max(int(report["timestep"]), 1)
     return {"greedy_mean_return": report["mean_return"], "std_over_episodes": report["std_return"],
-            "episodes": report["episodes"], "train_seconds": float(trained.group(2))}
+            "episodes": report["episodes"], "train_seconds": float(trained.group(2)),
+            "curve": evaluation_curve(report_path.parent / "scalars.csv", env_steps_per_timestep)}
+
+
+def evaluation_curve(scalars: pathlib.Path, env_steps_per_timestep: float) -> list:
+    """``[env steps, greedy mean return]`` of every evaluation during training (the example's
+    ``eval_interval``), read from the run's ``scalars.csv``; empty where the run wrote none."""
+    if not scalars.exists():
+        return []
+    with scalars.open() as file:
+        return [[round(int(row["step"]) * env_steps_per_timestep), float(row["value"])]
+                for row in csv.DictReader(file) if row["tag"] == "Evaluation / return (mean over agents)"]
 
 
 def main() -> None:

@@ -15,7 +15,9 @@ Figures (env steps per second; one env step = one joint step of one env copy):
    step costs nearly nothing, for 3 and 30 agents, and their ratio; with the matrix-product
    work per step (PyTorch's flop counter) and the rate a hidden layer's product alone reaches,
    to tell arithmetic from overhead. ``--scaling-copies`` and ``--scaling-threads`` repeat it
-   for several numbers of copies and PyTorch threads.
+   for several numbers of copies and PyTorch threads;
+5. MAPPO training on VMAS balance with the example's settings, against env-only stepping of the
+   same copies (random actions), at 512 and 4096 copies (``--vmas-copies``).
 
 This machine's speed drifts by tens of percent from minute to minute, so two rates are never
 timed far apart: each comparison alternates short chunks of the two workloads (A B B A ...)
@@ -24,6 +26,7 @@ Results go to benchmarks/results/throughput.json.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -177,6 +180,42 @@ def mpe_figures(args, report) -> None:
     report("maddpg_over_env_only", env_seconds / train_seconds, "  ratio to env-only:              {:8.1%} (bar >= 50%)")
 
 
+def load_example(relative_path: str):
+    """The module of an example script (its ``make_env`` / ``make_agent``: the example's own settings)."""
+    path = ROOT / relative_path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def vmas_figures(args, report) -> None:
+    """MAPPO training on VMAS balance (the example's settings) against env-only stepping of the same copies,
+    for each number of copies in ``--vmas-copies``; timed in alternating chunks of one rollout each."""
+    example = load_example("examples/vmas/balance_mappo.py")
+    for num_envs in args.vmas_copies:
+        env_only = env_stepper(example.make_env(num_envs, seed=1, device=args.device))
+        env = example.make_env(num_envs, seed=0, device=args.device)
+        set_seed(0)
+        agent = example.make_agent(env, args.directory, experiment={
+            "tensorboard": False, "csv": False, "checkpoint_interval": 0, "directory": args.directory})
+        trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
+
+        def train(n: int) -> None:
+            trainer.cfg["timesteps"] = n
+            trainer.train()
+
+        rollout = agent.cfg["rollouts"]
+        chunk = max(rollout, args.chunk // rollout * rollout)
+        train_seconds, env_seconds = interleaved(train, env_only, chunk, args.rounds)
+        report(f"vmas_balance_{num_envs}_copies_training_steps_per_s", num_envs / train_seconds,
+               f"VMAS balance, {num_envs} copies, MAPPO training: {{:8.0f}} env steps/s")
+        report(f"vmas_balance_{num_envs}_copies_env_only_steps_per_s", num_envs / env_seconds,
+               "  env-only beside it (random actions):   {:8.0f} env steps/s")
+        report(f"vmas_balance_{num_envs}_copies_training_over_env_only", env_seconds / train_seconds,
+               "  ratio to env-only:                      {:8.1%} (bar >= 50% at 512 copies)")
+
+
 def scaling_figures(args, report) -> None:
     """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks,
     for each number of copies in ``--scaling-copies`` and each thread count in ``--scaling-threads``."""
@@ -225,7 +264,10 @@ def main() -> None:
                         help="env copies of the synthetic scaling runs (default: the MAPPO example's, or --num-envs)")
     parser.add_argument("--scaling-threads", type=int, nargs="*", default=None,
                         help="PyTorch thread counts of the synthetic scaling runs (default: --threads)")
-    parser.add_argument("--skip-mpe", action="store_true", help="only the synthetic scaling figures")
+    parser.add_argument("--skip-mpe", action="store_true", help="leave out the MPE figures")
+    parser.add_argument("--skip-scaling", action="store_true", help="leave out the synthetic scaling figures")
+    parser.add_argument("--vmas-copies", type=int, nargs="*", default=[512, 4096],
+                        help="copies of the VMAS balance runs (none: leave them out; needs vmas)")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
     parser.add_argument("--directory", default="/tmp/marlparts_throughput", help="experiment folder of the agents")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/throughput.json"))
@@ -242,7 +284,10 @@ def main() -> None:
 
     if not args.skip_mpe:
         mpe_figures(args, report)
-    scaling_figures(args, report)
+    if args.vmas_copies:
+        vmas_figures(args, report)
+    if not args.skip_scaling:
+        scaling_figures(args, report)
     output = pathlib.Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(results, indent=2))

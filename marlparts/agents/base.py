@@ -367,6 +367,20 @@ class MultiAgent(CheckpointMixin):
         for uid, value in zip(self.possible_agents, returns.mean(dim=0).tolist()):
             self.tracker.add(f"Episode / return / {uid}", value)
 
+    def can_bootstrap_time_limits(self, infos: Mapping[str, Any], uses_state: bool) -> bool:
+        """Whether ``infos`` holds what valuing the end of a truncated episode needs: the final observations,
+        and the final state for a critic on the global state. Where a simulator cannot keep them (Isaac Lab
+        without ``final_obs``, a custom Isaac Lab state), a truncation ends the return like a termination
+        (no bootstrap); a warning says so once.
+        """
+        available = "final_observation" in infos and (not uses_state or "final_state" in infos)
+        if not available and not getattr(self, "_warned_no_bootstrap", False):
+            self._warned_no_bootstrap = True
+            missing = "final observations" if "final_observation" not in infos else "the final global state"
+            warnings.warn(f"{type(self).__name__}: the env gives no {missing} of the episodes that ended, so "
+                          f"time-limit truncations there are not bootstrapped (treated as terminal)")
+        return available
+
     def record_evaluation(self, result: Mapping[str, Any]) -> None:
         """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return.
 

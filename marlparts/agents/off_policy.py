@@ -214,7 +214,8 @@ class OffPolicyMultiAgent(MultiAgent):
             ended = done | truncated_group if copy_ended is None else done | truncated_group | copy_ended
             if final is not None:
                 next_obs = torch.where(ended, stack_agents(final, group.uids), next_obs)
-            if not group.cfg["time_limit_bootstrap"]:
+            if not group.cfg["time_limit_bootstrap"] or (
+                    truncated_group.any() and not self.can_bootstrap_time_limits(infos, self.uses_state())):
                 done = done | truncated_group
             # whether the agent has a next step to value: present at the next step in the same episode, or cut
             # off by a time limit (bootstrapped from its final observation); not after it terminated or had left
@@ -225,8 +226,9 @@ class OffPolicyMultiAgent(MultiAgent):
                        "terminated": done, "active": group.cache["active"], "next_active": continues}
             if self.uses_state():
                 samples["states"] = states
-                samples["next_states"] = (torch.where(copy_ended[:, 0], infos["final_state"], next_states)
-                                          if copy_ended is not None else next_states)
+                final_state = infos.get("final_state")
+                samples["next_states"] = (torch.where(copy_ended[:, 0], final_state, next_states)
+                                          if copy_ended is not None and final_state is not None else next_states)
             if masks is not None:
                 samples.update(self._mask_samples(group, masks, infos.get("final_action_mask"), ended))
             group.memory.add_samples(**samples)

@@ -240,7 +240,8 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                 truncated_group = stack_agents(truncated, group.uids).bool()
                 final_values = torch.zeros_like(group.cache["log_prob"])
                 values = self._collection_values(group, obs, states)
-                if group.cfg["time_limit_bootstrap"] and truncated_group.any():
+                if group.cfg["time_limit_bootstrap"] and truncated_group.any() \
+                        and self.can_bootstrap_time_limits(infos, self.USES_STATE):
                     final_obs = stack_agents(infos["final_observation"], group.uids)
                     final_values = torch.where(truncated_group, self._values_after_step(
                         group, final_obs, infos.get("final_state"), infos, reset=False), 0.0)

@@ -4,19 +4,31 @@ from typing import Any
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import EnvCopyError
+from marlparts.envs.isaaclab import IsaacLabWrapper, is_isaaclab_marl_env
 from marlparts.envs.pettingzoo import PettingZooParallelWrapper
+from marlparts.envs.vmas import VmasWrapper, is_batched_factory, is_vmas_env
 
 
 def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
     """Wrap ``env`` (an instance or a factory that builds one copy) as a :class:`MultiAgentEnv`.
 
-    Supported sources: PettingZoo Parallel envs, including the MPE tasks of ``mpe2``.
-    Keyword arguments go to the wrapper; see :class:`PettingZooParallelWrapper`
-    (``num_envs``, ``workers``, ``seed``, ``device``, ``state_source``, ``check_finite``).
+    Supported sources:
+
+    - PettingZoo Parallel envs, including the MPE tasks of ``mpe2``: an instance or a factory of one copy;
+      see :class:`PettingZooParallelWrapper` (``num_envs``, ``workers``, ``seed``, ``device``,
+      ``state_source``, ``check_finite``);
+    - VMAS envs: an env, or a factory taking ``num_envs`` (``functools.partial(vmas.make_env, ...)``);
+      see :class:`VmasWrapper` (``num_envs``, ``seed``, ``check_finite``, ``vectorised_reset``);
+    - Isaac Lab multi-agent envs (``DirectMARLEnv``, also inside gymnasium wrappers); see
+      :class:`IsaacLabWrapper` (``state_source``, ``check_finite``).
     """
     if isinstance(env, MultiAgentEnv):
         return env
+    if is_vmas_env(env) or is_batched_factory(env):
+        return VmasWrapper(env, **kwargs)
+    if is_isaaclab_marl_env(env):
+        return IsaacLabWrapper(env, **kwargs)
     return PettingZooParallelWrapper(env, **kwargs)
 
 
-__all__ = ["EnvCopyError", "MultiAgentEnv", "PettingZooParallelWrapper", "wrap_env"]
+__all__ = ["EnvCopyError", "IsaacLabWrapper", "MultiAgentEnv", "PettingZooParallelWrapper", "VmasWrapper", "wrap_env"]

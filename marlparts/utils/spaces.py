@@ -66,3 +66,25 @@ def joint_space(spaces: Sequence[gymnasium.Space]) -> gymnasium.spaces.Box:
     """
     size = sum(flat_size(space) for space in spaces)
     return gymnasium.spaces.Box(low=-np.inf, high=np.inf, shape=(size,), dtype=np.float32)
+
+
+def as_gymnasium_space(space: Any) -> gymnasium.Space:
+    """``space`` as a gymnasium space: spaces of the older ``gym`` package (which VMAS uses) are rebuilt as
+    their gymnasium equivalents (``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``, ``Dict``, ``Tuple``).
+    """
+    if isinstance(space, gymnasium.Space):
+        return space
+    kind = type(space).__name__
+    if kind == "Box":
+        return gymnasium.spaces.Box(low=space.low, high=space.high, shape=space.shape, dtype=space.dtype)
+    if kind == "Discrete":
+        return gymnasium.spaces.Discrete(int(space.n), start=int(getattr(space, "start", 0)))
+    if kind == "MultiDiscrete":
+        return gymnasium.spaces.MultiDiscrete(np.asarray(space.nvec))
+    if kind == "MultiBinary":
+        return gymnasium.spaces.MultiBinary(space.n)
+    if kind == "Dict":
+        return gymnasium.spaces.Dict({key: as_gymnasium_space(value) for key, value in space.spaces.items()})
+    if kind == "Tuple":
+        return gymnasium.spaces.Tuple([as_gymnasium_space(value) for value in space.spaces])
+    raise TypeError(f"cannot convert the space {space!r} ({type(space).__module__}.{kind}) to a gymnasium space")
