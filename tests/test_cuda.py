@@ -91,3 +91,57 @@ def test_a_checkpoint_loads_into_an_algorithm_on_cuda(name, tmp_path):
             assert b.is_cuda and torch.equal(a, b)
     assert loaded.timestep == agent.timestep
     env.close()
+
+
+def test_vmas_training_on_cuda_keeps_every_tensor_on_the_gpu(tmp_path):
+    """VMAS balance on the GPU with the example's MAPPO: env outputs, the final observations, the state, the
+    memories and the models stay on the device through several updates and resets."""
+    vmas = pytest.importorskip("vmas")
+    import functools
+
+    from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
+    from marlparts.envs import wrap_env
+    from marlparts.memories import RandomMemory
+    from marlparts.models import DeterministicMixin, GaussianMixin, Model, mlp
+
+    class Policy(GaussianMixin, Model):
+        clip_actions = True
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, self.num_actions)
+            self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, self.num_outputs)
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    env = wrap_env(functools.partial(vmas.make_env, "balance", device="cuda", continuous_actions=True, max_steps=20,
+                                     terminated_truncated=True, n_agents=3), num_envs=256, seed=0)
+    observations, infos = env.reset()
+    assert observations.data.is_cuda and env.state().is_cuda and env.device.type == "cuda"
+    uid = env.possible_agents[0]
+    policy = Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+    value = Value(observation_space=env.state_space, output_size=env.num_agents)
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg.update({"rollouts": 16, "experiment": {"directory": str(tmp_path), "tensorboard": False, "csv": False,
+                                               "checkpoint_interval": 0}})
+    memories = {u: RandomMemory(memory_size=16, num_envs=env.num_envs) for u in env.possible_agents}
+    agent = MAPPO(possible_agents=env.possible_agents, models={u: {"policy": policy, "value": value}
+                                                               for u in env.possible_agents},
+                  memories=memories, observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                  state_spaces=env.state_spaces, device=env.device, cfg=cfg)
+    before = [p.detach().clone() for p in policy.parameters()]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 64, "disable_progressbar": True}).train()
+    assert all(p.is_cuda for p in policy.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.parameters()))
+    assert all(memory.get_tensor_by_name("observations").is_cuda for memory in memories.values())
+    *_, infos = env.step({u: torch.zeros(256, 2, device="cuda") for u in env.possible_agents})
+    assert infos["final_observation"].data.is_cuda and infos["episode_end"].is_cuda

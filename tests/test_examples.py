@@ -41,3 +41,22 @@ def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path):
     assert "greedy evaluation over 16 episodes" in resumed
     evaluated = run_example("simple_spread_mappo", "--eval", "--checkpoint", first, *common)
     assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated
+
+
+@pytest.mark.parametrize("name", ["balance_mappo", "navigation_ippo"])
+def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path):
+    pytest.importorskip("vmas")
+    script = ROOT / "examples" / "vmas" / f"{name}.py"
+    common = ("--num-envs", 16, "--episodes", 16, "--directory", tmp_path)
+
+    def run(*arguments):
+        done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
+                              timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    trained = run("--timesteps", 1024, *common)
+    assert "trained 1024 env steps" in trained and "greedy evaluation over 16 episodes: mean return" in trained
+    (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
+    evaluated = run("--eval", "--checkpoint", checkpoint, *common)
+    assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated

@@ -1,0 +1,1 @@
+"""Stand-in for Isaac Lab's package (tests only)."""
