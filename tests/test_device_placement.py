@@ -100,7 +100,7 @@ def test_an_env_on_another_device_than_the_algorithm_is_a_clear_error():
     agent = build({uid: RandomMemory(memory_size=4, num_envs=2) for uid in env.possible_agents},
                   uids=env.possible_agents)
     with pytest.raises(ValueError, match=r"the env returns tensors on cpu but MAPPO .* computes on meta: wrap the env "
-                                         r"with device='meta'"):
+                                         r"with device=.meta. .*or build the algorithm with device=env.device"):
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1})
 
 

@@ -213,3 +213,39 @@ def test_mappo_learns_to_carry_the_package(tmp_path):
             trainer.train()
         returns.append(trainer.eval()["mean_return"])
     assert min(returns) > 15.0, returns
+
+
+def test_an_algorithm_on_another_device_than_the_vmas_env_is_a_clear_error(tmp_path):
+    from marlparts.agents import IPPO
+    from marlparts.memories import RandomMemory
+    from marlparts.models import DeterministicMixin, GaussianMixin, Model, mlp
+    from marlparts.trainers import SequentialTrainer
+
+    class Policy(GaussianMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, self.num_actions)
+            self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, 1)
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    env = wrap_env(balance(), num_envs=2, seed=0)
+    uid = env.possible_agents[0]
+    models = {"policy": Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
+              "value": Value(observation_space=env.observation_space(uid))}
+    agent = IPPO(possible_agents=env.possible_agents, models={u: models for u in env.possible_agents},
+                 memories={u: RandomMemory(memory_size=4, num_envs=2) for u in env.possible_agents},
+                 observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, device="meta",
+                 cfg={"rollouts": 4, "experiment": {"directory": str(tmp_path)}})
+    with pytest.raises(ValueError, match=r"env returns tensors on cpu but IPPO .* computes on meta: make the VMAS "
+                                         r"env on that device \(vmas.make_env\(\.\.\., device='meta'\)\)"):
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1})

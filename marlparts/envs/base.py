@@ -89,6 +89,10 @@ class MultiAgentEnv:
         """Global state of every copy, ``(num_envs, state_size)``."""
         raise NotImplementedError
 
+    def placement_hint(self, device: str) -> str:
+        """How to make this env return tensors on ``device`` (for error messages)."""
+        return f"wrap the env with device={device!r} (e.g. wrap_env(..., device={device!r}))"
+
     def render(self) -> Any:
         """Render the first copy (as the wrapped environment's ``render_mode`` says)."""
         raise NotImplementedError

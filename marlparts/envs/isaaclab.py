@@ -130,6 +130,10 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
             return None
         return self.env.state().reshape(self.num_envs, -1).float()
 
+    def placement_hint(self, device: str) -> str:
+        """Isaac Lab simulates on the device of its configuration."""
+        return f"run Isaac Lab's simulation there (parse_env_cfg(task, device={device!r}), or --device {device})"
+
     def render(self) -> Any:
         """What the env's ``render()`` returns (an RGB array with ``render_mode="rgb_array"``)."""
         return self._outer.render()

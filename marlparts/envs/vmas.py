@@ -183,6 +183,10 @@ class VmasWrapper(BatchedSimulatorEnv):
         return VmasWrapper(self._factory, num_envs=num_envs, seed=self.seed, seed_stream=EVALUATION_STREAM,
                            check_finite=self.check_finite, vectorised_reset=self.vectorised_reset)
 
+    def placement_hint(self, device: str) -> str:
+        """VMAS envs live where they are made."""
+        return f"make the VMAS env on that device (vmas.make_env(..., device={device!r}))"
+
     def render(self) -> np.ndarray:
         """Copy 0 as an RGB array ``(height, width, 3)``."""
         return np.asarray(self.env.render(mode="rgb_array", env_index=0))

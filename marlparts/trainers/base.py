@@ -115,8 +115,9 @@ class Trainer:
         for agent in self.agents:
             if not same_device(torch.device(env.device), agent.device):
                 raise ValueError(f"the {name} returns tensors on {env.device} but {type(agent).__name__} (agents "
-                                 f"{agent.possible_agents}) computes on {agent.device}: wrap the env with "
-                                 f"device={str(agent.device)!r} (e.g. wrap_env(..., device={str(agent.device)!r}))")
+                                 f"{agent.possible_agents}) computes on {agent.device}: "
+                                 f"{env.placement_hint(str(agent.device))}, or build the algorithm with "
+                                 f"device=env.device")
 
     def stop(self) -> None:
         """End ``train()`` after the current step (for callbacks: early stopping)."""
