@@ -216,6 +216,31 @@ def vmas_figures(args, report) -> None:
                "  ratio to env-only:                      {:8.1%} (bar >= 50% at 512 copies)")
 
 
+def vmas_reset_figures(args, report) -> None:
+    """What resetting some VMAS balance copies costs: one ``reset_at`` per copy, the wrapper's vectorised reset
+    of 8 copies, and one step of all copies, at 512 copies (milliseconds, means of 50 calls)."""
+    import vmas
+
+    from marlparts.envs.vmas_reset import CopyResetter
+
+    env = vmas.make_env("balance", num_envs=512, device=args.device, continuous_actions=True, max_steps=100,
+                        terminated_truncated=True, n_agents=3, seed=0)
+    env.reset()
+    ended = torch.zeros(512, dtype=torch.bool, device=args.device)
+    ended[::64] = True  # 8 copies
+    resetter, still = CopyResetter(env), [torch.zeros(512, 2, device=args.device)] * 3
+    timings = {"reset_at_one_copy": lambda: env.reset_at(7, return_observations=False),
+               "vectorised_reset_of_8_copies": lambda: resetter.reset(ended),
+               "step_of_512_copies": lambda: env.step(still)}
+    for name, call in timings.items():
+        call()
+        start = time.perf_counter()
+        for _ in range(50):
+            call()
+        report(f"vmas_balance_ms_{name}", 1e3 * (time.perf_counter() - start) / 50,
+               f"VMAS balance, 512 copies, {name.replace('_', ' ')}: {{:6.2f}} ms")
+
+
 def scaling_figures(args, report) -> None:
     """MAPPO's per-step cost on the synthetic env with 3 and 30 agents, timed in alternating chunks,
     for each number of copies in ``--scaling-copies`` and each thread count in ``--scaling-threads``."""
@@ -285,6 +310,7 @@ def main() -> None:
     if not args.skip_mpe:
         mpe_figures(args, report)
     if args.vmas_copies:
+        vmas_reset_figures(args, report)
         vmas_figures(args, report)
     if not args.skip_scaling:
         scaling_figures(args, report)
