@@ -12,7 +12,7 @@ import torch
 vmas = pytest.importorskip("vmas")
 
 from marlparts.envs import VmasWrapper, wrap_env  # noqa: E402
-from marlparts.envs.vmas_reset import CopyResetter, batched_tensor_slots  # noqa: E402
+from marlparts.envs.vmas_reset import CopyResetter, _describe, batched_tensor_paths  # noqa: E402
 
 
 def balance(num_envs=None, *, max_steps=100, **kwargs):
@@ -91,8 +91,65 @@ def test_resetting_several_copies_at_once_leaves_the_others_exactly_as_they_were
 
 def test_the_batched_state_of_a_scenario_is_found():
     env = balance(4)
-    names = {f"{type(owner).__name__}.{name}" for owner, name in batched_tensor_slots(env, 4)}
-    assert {"Environment.steps", "Scenario.global_shaping", "AgentState._pos", "EntityState._pos"} <= names
+    names = {_describe(path) for path in batched_tensor_paths(env, 4)}
+    assert {"env.steps", "env.scenario.global_shaping"} <= names, names
+    assert {f"env.agents[{i}]._state._pos" for i in range(3)} <= names, names
+    assert sum(name.endswith("._state._pos") for name in names) >= 7  # 3 agents, package, goal, line, floor
+
+
+def _reset_two_of_five(scenario, vectorised, start, step_after=True):
+    """A 5-copy env of ``scenario`` after 5 random steps and a reset of copies 0 and 2 (the wrapper's reset or
+    VMAS's ``reset_at`` of each), then one more step, every draw from the random state ``start``."""
+    ended = torch.tensor([True, False, True, False, False])
+    env = vmas.make_env(scenario, num_envs=5, seed=0, terminated_truncated=True)
+    generator = torch.Generator().manual_seed(1)
+
+    def actions():
+        return [(torch.rand(5, env.get_agent_action_size(agent), generator=generator) * 2 - 1) * 0.4
+                for agent in env.agents]
+
+    for _ in range(5):
+        env.step(actions())
+    env.vmas_random_state[:] = start
+    if vectorised:
+        CopyResetter(env)._reset_some(ended)
+    else:
+        for index in (0, 2):
+            env.reset_at(index, return_observations=False)
+    if not step_after:
+        return env, None, None
+    env.vmas_random_state[:] = start
+    observations, rewards, *_ = env.step(actions())
+    return env, torch.cat([o.reshape(5, -1) for o in observations], 1)[~ended], torch.stack(rewards, 1)[~ended]
+
+
+@pytest.mark.parametrize("scenario", ["balance", "sampling", "navigation", "transport", "wheel", "give_way",
+                                      "dispersion"])
+def test_resetting_some_copies_keeps_the_others_as_resetting_one_by_one_does(scenario):
+    """From the same random state, the copies that go on see the same next observation and reward after the
+    wrapper's reset of copies 0 and 2 as after VMAS's own ``reset_at`` of each: also where a scenario keeps
+    per-copy tensors in a list (sampling's Gaussian centres)."""
+    start = list(vmas.simulator.environment.Environment.vmas_random_state)
+    _, obs_one_by_one, rewards_one_by_one = _reset_two_of_five(scenario, False, start)
+    _, obs_at_once, rewards_at_once = _reset_two_of_five(scenario, True, start)
+    assert torch.equal(obs_one_by_one, obs_at_once)
+    assert torch.equal(rewards_one_by_one, rewards_at_once)
+
+
+def test_resetting_some_copies_keeps_per_copy_tensors_held_in_dicts():
+    """Football's scripted opponents keep each copy's objectives in a dict per agent: right after the reset, the
+    copies that go on still have theirs. (The next step cannot be compared: the opponents draw random numbers
+    for masks of copies, so what the others draw depends on the reset copies.)"""
+    start = list(vmas.simulator.environment.Environment.vmas_random_state)
+    kept = torch.tensor([False, True, False, True, True])
+    objectives = []
+    for vectorised in (False, True):
+        env, *_ = _reset_two_of_five("football", vectorised, start, step_after=False)
+        controller = env.scenario.red_controller
+        objectives.append(torch.stack([controller.objectives[agent][key][kept] for agent in controller.teammates
+                                       for key in ("target_pos", "start_pos", "target_vel", "shot_power")
+                                       if controller.objectives[agent][key].dim() == 2]))
+    assert torch.equal(objectives[0], objectives[1])
 
 
 def test_a_copy_resetter_resets_only_the_ended_copies():

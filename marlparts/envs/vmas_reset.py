@@ -4,11 +4,12 @@ VMAS resets either every copy (``reset``: one vectorised call) or one copy (``re
 costs about as much as a whole step, since scenarios compute over the full batch). Resetting the copies that
 ended one by one is a Python loop over copies in the hot path. :class:`CopyResetter` avoids it: it keeps the
 batched tensors of the copies that go on, resets every copy at once, and writes the kept rows back. Which
-tensors are batched is found by walking the env's objects (world, entities, scenario) for tensors whose first
-dimension is the number of copies.
+tensors are batched is found by walking the env's objects (world, entities, scenario, and the lists and dicts
+they hold) for tensors whose first dimension is the number of copies; each is found again after the reset by
+its path from the env, since a reset may replace it.
 """
 
-from typing import Any, Iterator, List, Tuple
+from typing import Any, List, Tuple
 
 import torch
 
@@ -16,40 +17,53 @@ import torch
 _SKIPPED_PACKAGES = frozenset({"torch", "numpy", "pyglet", "gym", "gymnasium", "builtins", "PIL"})
 
 
-def batched_tensor_slots(root: Any, num_envs: int) -> List[Tuple[Any, str]]:
-    """``(owner, attribute)`` of every tensor reachable from ``root`` whose first dimension is ``num_envs``.
+Path = Tuple[Tuple[str, Any], ...]  # ("attr", name) / ("item", key or index) steps from the env
+
+
+def batched_tensor_paths(root: Any, num_envs: int) -> List[Path]:
+    """The path from ``root`` to every tensor reachable from it whose first dimension is ``num_envs``.
 
     Attributes are read through ``vars`` (so a property's backing field is found, not the property), and the
-    walk follows attributes, lists, tuples and dicts of objects.
+    walk follows attributes, lists, tuples and dicts, of objects and of tensors alike (a scenario may keep
+    per-copy tensors in a dict of its agents). Each tensor is found by its first path.
     """
-    slots: List[Tuple[Any, str]] = []
+    paths: List[Path] = []
     seen = set()
-    stack = [root]
+    stack: List[Tuple[Any, Path]] = [(root, ())]
     while stack:
-        owner = stack.pop()
-        if id(owner) in seen:
+        value, path = stack.pop()
+        if id(value) in seen:
             continue
-        seen.add(id(owner))
-        for name, value in vars(owner).items():
-            if isinstance(value, torch.Tensor):
-                if value.dim() > 0 and value.shape[0] == num_envs:
-                    slots.append((owner, name))
-            else:
-                stack.extend(_objects_in(value))
-    return slots
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            if value.dim() > 0 and value.shape[0] == num_envs:
+                paths.append(path)
+        elif isinstance(value, (list, tuple)):
+            stack.extend((item, path + (("item", index),)) for index, item in enumerate(value) if _worth_walking(item))
+        elif isinstance(value, dict):
+            stack.extend((item, path + (("item", key),)) for key, item in value.items() if _worth_walking(item))
+        elif hasattr(value, "__dict__"):
+            stack.extend((item, path + (("attr", name),)) for name, item in vars(value).items() if _worth_walking(item))
+    return paths
 
 
-def _objects_in(value: Any) -> Iterator[Any]:
-    if isinstance(value, (list, tuple)):
-        items = value
-    elif isinstance(value, dict):
-        items = value.values()
-    else:
-        items = (value,)
-    for item in items:
-        if hasattr(item, "__dict__") and not isinstance(item, type) \
-                and type(item).__module__.split(".")[0] not in _SKIPPED_PACKAGES:
-            yield item
+def _worth_walking(value: Any) -> bool:
+    if isinstance(value, (torch.Tensor, list, tuple, dict)):
+        return True
+    return (hasattr(value, "__dict__") and not isinstance(value, type)
+            and type(value).__module__.split(".")[0] not in _SKIPPED_PACKAGES)
+
+
+def resolve(root: Any, path: Path) -> Any:
+    """The value at ``path`` from ``root``."""
+    value = root
+    for kind, key in path:
+        value = getattr(value, key) if kind == "attr" else value[key]
+    return value
+
+
+def _describe(path: Path) -> str:
+    return "env" + "".join(f".{key}" if kind == "attr" else f"[{key!r}]" for kind, key in path)
 
 
 class CopyResetter:
@@ -81,12 +95,18 @@ class CopyResetter:
 
     def _reset_some(self, ended: torch.Tensor) -> None:
         keep = ~ended
-        kept = [(owner, name, getattr(owner, name)[keep].clone())
-                for owner, name in batched_tensor_slots(self.env, self.env.num_envs)]
+        paths = batched_tensor_paths(self.env, self.env.num_envs)
+        kept = [(path, resolve(self.env, path)[keep].clone()) for path in paths]
         self.env.reset(return_observations=False)
-        for owner, name, rows in kept:
-            tensor = getattr(owner, name)
-            if tensor is None or tensor.shape[1:] != rows.shape[1:]:
-                raise RuntimeError(f"VMAS reset replaced {type(owner).__name__}.{name} by a tensor of another shape; "
-                                   f"wrap this env with vectorised_reset=False")
+        for path, rows in kept:
+            try:
+                tensor = resolve(self.env, path)
+            except (AttributeError, KeyError, IndexError):
+                continue  # the reset dropped it (a cache, rebuilt when next needed)
+            if tensor is None:
+                continue
+            if not isinstance(tensor, torch.Tensor) or tensor.shape[1:] != rows.shape[1:]:
+                raise RuntimeError(f"VMAS's reset replaced {_describe(path)} by something else than a tensor of the same "
+                                   f"shape, so the copies that go on cannot be kept; wrap this env with "
+                                   f"vectorised_reset=False")
             tensor[keep] = rows
