@@ -42,6 +42,7 @@ class DirectMARLEnvCfg:
     num_envs: int = 8
     seed: Optional[int] = None
     compute_final_obs: bool = False
+    is_finite_horizon: bool = False  # read by wrappers only: no time-out signal for the agent when True
     sim: SimulationCfg = field(default_factory=SimulationCfg)
 
 

@@ -219,3 +219,27 @@ def test_the_examples_run_end_to_end_on_a_stand_in_isaac_lab(script, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 384 env steps" in done.stdout and "greedy evaluation over 8 episodes" in done.stdout
     assert list(tmp_path.glob("*/checkpoints/final_agent.pt"))
+
+
+def test_a_finite_horizon_task_ends_its_returns_at_the_time_out():
+    """Isaac Lab's ``is_finite_horizon``: no time-out signal reaches the agent; the horizon ends the return."""
+    env = wrap_env(make_task(num_envs=3, compute_final_obs=True, is_finite_horizon=True))
+    step, _, (_, _, terminated, truncated, infos) = _run_until_time_out(env)
+    assert bool(terminated["first"].all()) and not bool(truncated["first"].any())
+    assert bool(infos["episode_end"].all())
+
+
+def test_an_agent_that_times_out_alone_is_valued_at_the_observation_it_goes_on_with():
+    class OneAgentTimesOut(ReachTask):
+        def _get_dones(self):
+            terminated, time_outs = super()._get_dones()
+            time_outs["first"] = self.episode_length_buf == 2  # only one agent: the copy goes on
+            return terminated, time_outs
+
+    env = IsaacLabWrapper(gymnasium.wrappers.OrderEnforcing(OneAgentTimesOut(DirectMARLEnvCfg(num_envs=3))))
+    env.reset(seed=0)
+    still = {"first": torch.zeros(3, 1), "second": torch.zeros(3, 1)}
+    env.step(still)
+    observations, _, _, truncated, infos = env.step(still)
+    assert bool(truncated["first"].all()) and not bool(infos["episode_end"].any())
+    assert torch.equal(infos["final_observation"]["first"], observations["first"])

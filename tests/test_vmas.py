@@ -306,3 +306,14 @@ def test_an_algorithm_on_another_device_than_the_vmas_env_is_a_clear_error(tmp_p
     with pytest.raises(ValueError, match=r"env returns tensors on cpu but IPPO .* computes on meta: make the VMAS "
                                          r"env on that device \(vmas.make_env\(\.\.\., device='meta'\)\)"):
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1})
+
+
+def test_boolean_actions_are_refused_for_integer_spaces_also_side_by_side():
+    from marlparts.utils.agent_tensors import AgentTensors
+
+    env = wrap_env(functools.partial(vmas.make_env, "navigation", continuous_actions=False, max_steps=20,
+                                     terminated_truncated=True, n_agents=2), num_envs=3, seed=0)
+    env.reset()
+    side_by_side = AgentTensors(torch.ones(3, 2, dtype=torch.bool), env.action_layout)
+    with pytest.raises(TypeError, match="agent_0.*dtype bool.*takes integers"):
+        env.step(side_by_side)

@@ -21,7 +21,8 @@ def action_bounds(space: gymnasium.Space) -> tuple:
         return np.array([space.start], dtype=np.float64), np.array([space.start + space.n - 1], dtype=np.float64)
     if isinstance(space, gymnasium.spaces.MultiDiscrete):
         nvec = np.asarray(space.nvec, dtype=np.float64).ravel()
-        return np.zeros_like(nvec), nvec - 1
+        start = np.asarray(getattr(space, "start", np.zeros_like(nvec)), dtype=np.float64).ravel()
+        return start, start + nvec - 1
     raise TypeError(f"unsupported action space {space!r}: use Discrete, MultiDiscrete or Box")
 
 
@@ -92,6 +93,7 @@ class BatchedSimulatorEnv(MultiAgentEnv):
         same_layout = (isinstance(actions, AgentTensors) and actions.layout.uids == self.action_layout.uids
                        and actions.layout.widths == self.action_layout.widths)
         if same_layout and self._one_kind_of_action and actions.data.shape[0] == self.num_envs \
+                and actions.data.dtype != torch.bool \
                 and actions.data.dtype.is_floating_point == (not self._integer_agents):
             joint = actions.data
         else:
@@ -101,6 +103,15 @@ class BatchedSimulatorEnv(MultiAgentEnv):
         if not bool(inside.all()):
             self._raise_outside(joint, inside)
         return joint
+
+    def _per_agent_actions(self, joint: torch.Tensor) -> List[torch.Tensor]:
+        """``joint`` split into each agent's columns, in ``possible_agents`` order; where integer and float
+        agents were checked side by side (in float64), each gets its own kind back (int64, float32)."""
+        parts = list(joint.split(self.action_layout.widths, dim=1))
+        if self._one_kind_of_action:
+            return parts
+        integer = set(self._integer_agents)
+        return [part.long() if uid in integer else part.float() for uid, part in zip(self.possible_agents, parts)]
 
     def _stack_checked(self, actions: Mapping[str, Any]) -> torch.Tensor:
         unknown = [uid for uid in actions if uid not in self.action_layout._index]

@@ -40,6 +40,10 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
       the final observations concatenated); a positive size or a space is the env's ``_get_states()``, whose
       final value Isaac Lab does not keep (time-outs are then not bootstrapped by a critic on the state);
       ``0`` means no state: :meth:`state` returns None and :attr:`state_space` raises, saying how to get one.
+    - With ``cfg.is_finite_horizon`` (Isaac Lab: "no time-out signal is sent to the agent"), time-outs are
+      reported as terminations: the return ends at the horizon, not bootstrapped.
+    - A copy where only some agents are done goes on; ``infos["final_observation"]`` of such a copy is the
+      observation just returned, so an agent that timed out alone is valued where it is.
     - Agents never leave: every agent is active at every step. ``infos["extras"]`` holds the env's extras
       (e.g. its ``"log"``).
     - Isaac Lab runs one simulation per process, so :meth:`make_evaluation_env` returns None: the trainer
@@ -62,6 +66,9 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
         self.check_finite = check_finite
         self._set_spaces(dict(self.env.observation_spaces), dict(self.env.action_spaces))
         self._state_kind = self._read_state_kind()
+        self._finite_horizon = bool(getattr(getattr(self.env, "cfg", None), "is_finite_horizon", False))
+        self._no_final_state = (torch.zeros(self.num_envs, flat_size(self.env.state_space), device=self.device)
+                                if self._state_kind == "env" else None)
         self._observations: Optional[torch.Tensor] = None
         self._steps = 0
 
@@ -100,7 +107,7 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
         joint = self._joint_actions(actions)
-        per_agent = dict(zip(self.possible_agents, joint.split(self.action_layout.widths, dim=1)))
+        per_agent = dict(zip(self.possible_agents, self._per_agent_actions(joint)))
         observations, rewards, terminated, time_outs, extras = self._outer.step(per_agent)
         uids = self.possible_agents
         self._observations = self._flatten(observations)
@@ -110,10 +117,14 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
         self._steps += 1
         self._check_finite(self._observations, rewards, self._steps)
         ended = terminated.all(dim=1) | time_outs.all(dim=1)  # Isaac Lab's own reset rule
-        final_observations = self._final_observations(extras, ended)
+        if self._finite_horizon:  # no time-out signal: the end of the horizon is the end of the return
+            terminated, time_outs = terminated | time_outs, torch.zeros_like(time_outs)
+        any_ended = bool(ended.any())
+        final_observations = self._final_observations(extras, ended, any_ended)
         final_state = final_observations if self._state_kind == "observations" else None
-        if final_state is None and self._state_kind == "env" and not bool(ended.any()):
-            final_state = torch.zeros(self.num_envs, flat_size(self.state_space), device=self.device)
+        if self._state_kind == "env" and not any_ended:
+            # no copy was reset: an agent's time-out in a copy that goes on is valued at the state it is in
+            final_state = self.state() if bool(time_outs.any()) else self._no_final_state
         infos = self._infos(ended, final_observations, final_state)
         infos["extras"] = extras
         return (AgentTensors(self._observations, self.observation_layout), AgentTensors(rewards, self.agent_layout),
@@ -142,15 +153,19 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
         """Close the env (the simulation app is the script's to close)."""
         self._outer.close()
 
-    def _final_observations(self, extras: Dict[str, Any], ended: torch.Tensor) -> Optional[torch.Tensor]:
-        """The last observations of the copies that ended (zeros elsewhere), from ``extras[agent]["final_obs"]``;
-        zeros when no copy ended; None when copies ended and the env keeps no final observations."""
+    def _final_observations(self, extras: Dict[str, Any], ended: torch.Tensor, any_ended: bool
+                            ) -> Optional[torch.Tensor]:
+        """What each agent's episode ended on: for the copies that were reset, their last observations (from
+        ``extras[agent]["final_obs"]``); for the copies that go on (where an agent may have timed out alone),
+        the observation just returned. None when copies were reset and the env keeps no final observations."""
+        if not any_ended:
+            return self._observations
         per_agent = [extras.get(uid, {}).get("final_obs") if isinstance(extras.get(uid), dict) else None
                      for uid in self.possible_agents]
         if any(obs is None for obs in per_agent):
-            return self._no_final_observation if not bool(ended.any()) else None
+            return None
         final = concatenate_observations(per_agent, self.num_envs)
-        return torch.where(ended.reshape(-1, 1), final, 0.0)
+        return torch.where(ended.reshape(-1, 1), final, self._observations)
 
     def _flatten(self, observations: Dict[str, Any]) -> torch.Tensor:
         try:

@@ -147,7 +147,7 @@ class VmasWrapper(BatchedSimulatorEnv):
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
         joint = self._joint_actions(actions)
-        per_agent = list(joint.split(self.action_layout.widths, dim=1))
+        per_agent = self._per_agent_actions(joint)
         with self._random:
             observations, rewards, terminated, truncated, _ = self.env.step(per_agent)
             observations = self._flatten(observations)

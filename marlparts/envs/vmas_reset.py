@@ -36,7 +36,8 @@ def batched_tensor_paths(root: Any, num_envs: int) -> List[Path]:
             continue
         seen.add(id(value))
         if isinstance(value, torch.Tensor):
-            if value.dim() > 0 and value.shape[0] == num_envs:
+            # a view expanded along the first dimension holds one value for every copy: nothing per copy
+            if value.dim() > 0 and value.shape[0] == num_envs and (num_envs == 1 or value.stride(0) != 0):
                 paths.append(path)
         elif isinstance(value, (list, tuple)):
             stack.extend((item, path + (("item", index),)) for index, item in enumerate(value) if _worth_walking(item))
@@ -105,6 +106,8 @@ class CopyResetter:
                 continue  # the reset dropped it (a cache, rebuilt when next needed)
             if tensor is None:
                 continue
+            if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and tensor.stride(0) == 0:
+                continue  # now one value for every copy (an expanded view): nothing per copy to keep
             if not isinstance(tensor, torch.Tensor) or tensor.shape[1:] != rows.shape[1:]:
                 raise RuntimeError(f"VMAS's reset replaced {_describe(path)} by something else than a tensor of the same "
                                    f"shape, so the copies that go on cannot be kept; wrap this env with "
