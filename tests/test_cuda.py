@@ -145,3 +145,24 @@ def test_vmas_training_on_cuda_keeps_every_tensor_on_the_gpu(tmp_path):
     assert all(memory.get_tensor_by_name("observations").is_cuda for memory in memories.values())
     *_, infos = env.step({u: torch.zeros(256, 2, device="cuda") for u in env.possible_agents})
     assert infos["final_observation"].data.is_cuda and infos["episode_end"].is_cuda
+
+
+def test_a_seeded_vmas_reset_leaves_the_global_cuda_generator_alone():
+    """VMAS's seed() re-seeds every CUDA generator; the wrapper keeps the env's own CUDA stream apart, so an
+    evaluation's seeded reset does not restart the models' sampling on the GPU."""
+    vmas = pytest.importorskip("vmas")
+    import functools
+
+    from marlparts.envs import wrap_env
+
+    factory = functools.partial(vmas.make_env, "balance", device="cuda", continuous_actions=True, max_steps=20,
+                                terminated_truncated=True, n_agents=3)
+    env = wrap_env(factory, num_envs=8, seed=0)
+    torch.cuda.manual_seed(123)
+    expected = torch.cuda.get_rng_state()
+    env.reset()
+    env.make_evaluation_env(4).reset(seed=5)
+    assert torch.equal(torch.cuda.get_rng_state(), expected)
+    first = wrap_env(factory, num_envs=8, seed=0).reset()[0].data
+    again = wrap_env(factory, num_envs=8, seed=0).reset()[0].data
+    assert torch.equal(first, again)  # the env's own CUDA stream follows its seed

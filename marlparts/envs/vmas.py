@@ -34,18 +34,32 @@ def is_batched_factory(env: Any) -> bool:
 
 class _OwnRandomStream:
     """Gives one VMAS env its own random stream. VMAS keeps a single random state for all its envs in a
-    process (``Environment.vmas_random_state``); without this, the evaluation copies would draw from, and
-    shift, the training copies' stream."""
+    process (``Environment.vmas_random_state``: the CPU generators of torch, NumPy and Python); without this,
+    the evaluation copies would draw from, and shift, the training copies' stream. On CUDA, VMAS draws from the
+    device's global generator and its ``seed`` re-seeds every device's: the wrapper keeps the env's own CUDA
+    state too, and puts the global one back after each call, so the models' sampling on the GPU is untouched.
+    """
 
     def __init__(self, env: Any) -> None:
         self.shared = type(env).vmas_random_state
         self.state = list(self.shared)
+        device = torch.device(env.device)
+        self.cuda_device = device if device.type == "cuda" else None
+        self.cuda_state: Optional[torch.Tensor] = None
+        self._global_cuda_states: Optional[List[torch.Tensor]] = None
 
     def __enter__(self) -> None:
         self.shared[:] = self.state
+        if self.cuda_device is not None:
+            self._global_cuda_states = torch.cuda.get_rng_state_all()
+            if self.cuda_state is not None:
+                torch.cuda.set_rng_state(self.cuda_state, self.cuda_device)
 
     def __exit__(self, *exc: Any) -> None:
         self.state = list(self.shared)
+        if self.cuda_device is not None:
+            self.cuda_state = torch.cuda.get_rng_state(self.cuda_device)
+            torch.cuda.set_rng_state_all(self._global_cuda_states)
 
 
 class VmasWrapper(BatchedSimulatorEnv):
@@ -65,7 +79,7 @@ class VmasWrapper(BatchedSimulatorEnv):
     - Rewards are per agent, ``(num_envs, 1)`` each; a copy's ``terminated`` / ``truncated`` is given to all
       of its agents.
     - The env has its own random stream, seeded from ``seed`` (one stream for all its copies, as VMAS
-      draws for the batch at once). On CUDA, VMAS draws from the global CUDA generator instead.
+      draws for the batch at once), on CUDA too; the process's global generators are left as they were.
 
     Args:
         env: the VMAS env, or a factory ``f(num_envs=...) -> env``.
