@@ -201,7 +201,7 @@ def vmas_figures(args, report) -> None:
             "tensorboard": False, "csv": False, "checkpoint_interval": 0, "directory": args.directory})
         trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
 
-        def train(n: int) -> None:
+        def train(n: int, trainer: SequentialTrainer = trainer) -> None:
             trainer.cfg["timesteps"] = n
             trainer.train()
 

@@ -1,5 +1,6 @@
 """Baselines of the VMAS examples' tasks: the mean episode return of random actions and of VMAS's own
-``HeuristicPolicy`` (balance; navigation's needs cvxpy and continuous actions), on the examples' env settings and evaluation copies.
+``HeuristicPolicy`` (balance; navigation's needs cvxpy and continuous actions), on the examples' env settings
+and evaluation copies.
 
     python benchmarks/vmas_baselines.py            # 512 episodes per policy
 

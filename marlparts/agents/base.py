@@ -378,7 +378,7 @@ class MultiAgent(CheckpointMixin):
             self._warned_no_bootstrap = True
             missing = "final observations" if "final_observation" not in infos else "the final global state"
             warnings.warn(f"{type(self).__name__}: the env gives no {missing} of the episodes that ended, so "
-                          f"time-limit truncations there are not bootstrapped (treated as terminal)")
+                          f"time-limit truncations there are not bootstrapped (treated as terminal)", stacklevel=3)
         return available
 
     def record_evaluation(self, result: Mapping[str, Any]) -> None:

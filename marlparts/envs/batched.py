@@ -76,7 +76,8 @@ class BatchedSimulatorEnv(MultiAgentEnv):
     def _infos(self, episode_end: torch.Tensor, final_observations: Optional[torch.Tensor],
                final_state: Optional[torch.Tensor]) -> Dict[str, Any]:
         """The infos of one step: every agent active, which copies ended, and their final observations
-        (``final_observations`` None: no copy ended, or the simulator does not give them; see the subclass)."""
+        (``final_observations`` None: no copy ended, or the simulator does not give them; see the subclass).
+        """
         infos: Dict[str, Any] = {"active": self._all_active, "episode_end": episode_end.reshape(-1, 1).bool()}
         if final_observations is not None:
             infos["final_observation"] = AgentTensors(final_observations, self.observation_layout)
@@ -106,7 +107,8 @@ class BatchedSimulatorEnv(MultiAgentEnv):
 
     def _per_agent_actions(self, joint: torch.Tensor) -> List[torch.Tensor]:
         """``joint`` split into each agent's columns, in ``possible_agents`` order; where integer and float
-        agents were checked side by side (in float64), each gets its own kind back (int64, float32)."""
+        agents were checked side by side (in float64), each gets its own kind back (int64, float32).
+        """
         parts = list(joint.split(self.action_layout.widths, dim=1))
         if self._one_kind_of_action:
             return parts

@@ -1,5 +1,6 @@
 """Isaac Lab multi-agent envs (``DirectMARLEnv``) as a :class:`MultiAgentEnv`, with every tensor left on the
-simulation device."""
+simulation device.
+"""
 
 from typing import Any, Dict, Optional, Tuple
 
@@ -132,7 +133,8 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
 
     def state(self) -> Optional[torch.Tensor]:
         """The global state ``(num_envs, state_size)``: the observations concatenated (``state_space = -1``),
-        the env's ``state()`` (a custom state), or None (``state_space = 0``)."""
+        the env's ``state()`` (a custom state), or None (``state_space = 0``).
+        """
         if self._observations is None:
             raise RuntimeError("call reset() before state()")
         if self._state_kind == "observations":
@@ -157,7 +159,8 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
                             ) -> Optional[torch.Tensor]:
         """What each agent's episode ended on: for the copies that were reset, their last observations (from
         ``extras[agent]["final_obs"]``); for the copies that go on (where an agent may have timed out alone),
-        the observation just returned. None when copies were reset and the env keeps no final observations."""
+        the observation just returned. None when copies were reset and the env keeps no final observations.
+        """
         if not any_ended:
             return self._observations
         per_agent = [extras.get(uid, {}).get("final_obs") if isinstance(extras.get(uid), dict) else None

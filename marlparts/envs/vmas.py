@@ -1,5 +1,6 @@
 """VMAS (vectorised multi-agent simulator) envs as a :class:`MultiAgentEnv`, with every tensor left on the env's
-device."""
+device.
+"""
 
 import inspect
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
@@ -23,7 +24,8 @@ def is_vmas_env(env: Any) -> bool:
 
 def is_batched_factory(env: Any) -> bool:
     """True for a callable that takes a ``num_envs`` argument (e.g. ``functools.partial(vmas.make_env, ...)``):
-    a factory of a batched simulator, called with the number of copies it must hold."""
+    a factory of a batched simulator, called with the number of copies it must hold.
+    """
     if not callable(env) or hasattr(env, "possible_agents") or is_vmas_env(env):
         return False
     try:
@@ -142,7 +144,8 @@ class VmasWrapper(BatchedSimulatorEnv):
 
     def reset(self, seed: Optional[int] = None) -> Tuple[AgentTensors, Dict[str, Any]]:
         """Reset every copy. The first reset seeds the env's stream from the wrapper's ``seed``; later ones go
-        on with the stream, unless ``seed`` is given (the same ``seed``, the same episodes)."""
+        on with the stream, unless ``seed`` is given (the same ``seed``, the same episodes).
+        """
         if seed is not None:
             self.stream_seed = self._stream_seed(seed)
         with self._random:
@@ -157,7 +160,8 @@ class VmasWrapper(BatchedSimulatorEnv):
 
     def step(self, actions: Any) -> Tuple[AgentTensors, AgentTensors, AgentTensors, AgentTensors, Dict[str, Any]]:
         """Step every copy; copies that ended are reset and ``infos["final_observation"]`` keeps their last
-        observation (zeros elsewhere)."""
+        observation (zeros elsewhere).
+        """
         if self._observations is None:
             raise RuntimeError("call reset() before step()")
         joint = self._joint_actions(actions)
@@ -191,7 +195,8 @@ class VmasWrapper(BatchedSimulatorEnv):
 
     def make_evaluation_env(self, num_envs: int) -> Optional["VmasWrapper"]:
         """``num_envs`` new copies from the factory, seeded from the evaluation stream of this wrapper's seed;
-        None when the wrapper was given an env instead of a factory."""
+        None when the wrapper was given an env instead of a factory.
+        """
         if self._factory is None:
             return None
         return VmasWrapper(self._factory, num_envs=num_envs, seed=self.seed, seed_stream=EVALUATION_STREAM,
