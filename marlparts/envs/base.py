@@ -16,11 +16,14 @@ class MultiAgentEnv:
     - ``infos`` holds ``"active"`` (``{uid: (num_envs, 1)}`` bool: the agent acts at the
       next step), ``"episode_end"`` (``(num_envs, 1)`` bool: the copy ended and was reset),
       ``"final_observation"`` (``{uid: (num_envs, obs_size)}``: the last observation of an
-      agent whose episode ended at this step, zeros elsewhere), ``"final_state"``, and
+      agent whose episode ended at this step; read it only there: elsewhere it holds zeros or, for batched
+      simulators, the observation just returned), ``"final_state"``, and
       ``"action_mask"`` (``{uid: (num_envs, n)}`` bool) where the environment has masks.
 
     Copies reset themselves when their episode ends, so the observation returned for an
-    ended copy is already the first one of its next episode.
+    ended copy is already the first one of its next episode. Where a simulator cannot give the final
+    observations (Isaac Lab without ``final_obs``), ``infos`` has no ``"final_observation"`` at a step where a
+    copy ended, and algorithms do not bootstrap time limits there.
 
     Attributes:
         possible_agents: every agent id, in column order.
