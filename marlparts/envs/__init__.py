@@ -20,7 +20,7 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
     - VMAS envs: an env, or a factory taking ``num_envs`` (``functools.partial(vmas.make_env, ...)``);
       see :class:`VmasWrapper` (``num_envs``, ``seed``, ``check_finite``, ``vectorised_reset``);
     - Isaac Lab multi-agent envs (``DirectMARLEnv``, also inside gymnasium wrappers); see
-      :class:`IsaacLabWrapper` (``state_source``, ``check_finite``).
+      :class:`IsaacLabWrapper` (``check_finite``).
     """
     if isinstance(env, MultiAgentEnv):
         return env

@@ -30,8 +30,8 @@ class BatchedSimulatorEnv(MultiAgentEnv):
     """Base of the wrappers around simulators that hold all ``num_envs`` copies as tensors on one device.
 
     A subclass sets ``possible_agents``, ``num_envs`` and ``device`` and calls :meth:`_set_spaces`; it then
-    builds its returns with :meth:`_agent_tensors` and :meth:`_infos`, and checks the actions it is given
-    with :meth:`_joint_actions`. Agents of these simulators never leave an episode: every agent is active
+    flattens observations with :meth:`_flat_observations`, builds infos with :meth:`_infos`, and checks the
+    actions it is given with :meth:`_joint_actions`. Agents of these simulators never leave an episode: every agent is active
     at every step.
     """
 
@@ -66,8 +66,14 @@ class BatchedSimulatorEnv(MultiAgentEnv):
         """Action space of every agent (one copy's)."""
         return dict(self._action_spaces)
 
-    def _agent_tensors(self, data: torch.Tensor, layout: AgentLayout) -> AgentTensors:
-        return AgentTensors(data, layout)
+    def _flat_observations(self, per_agent: Sequence[Any]) -> torch.Tensor:
+        """Every agent's ``(num_envs, ...)`` observation (a dict observation: its entries in the space's key
+        order), in ``possible_agents`` order, flattened side by side into one ``(num_envs, total)`` tensor.
+        """
+        if isinstance(per_agent[0], dict):
+            per_agent = [torch.cat([obs[key].reshape(self.num_envs, -1) for key in self._observation_spaces[uid].spaces],
+                                   dim=1) for uid, obs in zip(self.possible_agents, per_agent)]
+        return concatenate_observations(per_agent, self.num_envs)
 
     def _per_agent_flags(self, flags: torch.Tensor) -> AgentTensors:
         """A ``(num_envs,)`` per-copy flag as every agent's ``(num_envs, 1)`` flag (one view, no copy)."""
@@ -141,8 +147,7 @@ class BatchedSimulatorEnv(MultiAgentEnv):
 
     def _raise_outside(self, joint: torch.Tensor, inside: torch.Tensor) -> None:
         row, column = (int(i) for i in torch.nonzero(~inside)[0])
-        uid = next(u for u in self.possible_agents if self.action_layout.columns(u).start <= column
-                   < self.action_layout.columns(u).stop)
+        uid = self.action_layout.uid_at(column)
         columns = self.action_layout.columns(uid)
         raise ValueError(f"action for agent {uid!r} in env copy {row} is {joint[row, columns].tolist()}, outside its action "
                          f"space {self._action_spaces[uid]} (clip it, e.g. clip_actions = True on a Gaussian policy)")
@@ -158,7 +163,7 @@ class BatchedSimulatorEnv(MultiAgentEnv):
                                      ("reward", finite_rewards, self.agent_layout)):
             if not bool(finite.all()):
                 row, column = (int(i) for i in torch.nonzero(~finite)[0])
-                uid = next(u for u in self.possible_agents if layout.columns(u).start <= column < layout.columns(u).stop)
+                uid = layout.uid_at(column)
                 values = observations if what == "observation" else rewards
                 raise ValueError(f"non-finite {what} ({float(values[row, column])}) for agent {uid!r} in env copy "
                                  f"{row} at step {step}")

@@ -8,7 +8,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from marlparts.envs.batched import BatchedSimulatorEnv, concatenate_observations
+from marlparts.envs.batched import BatchedSimulatorEnv
 from marlparts.utils.agent_tensors import AgentTensors
 from marlparts.utils.spaces import flat_size
 
@@ -167,7 +167,7 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
                      for uid in self.possible_agents]
         if any(obs is None for obs in per_agent):
             return None
-        final = concatenate_observations(per_agent, self.num_envs)
+        final = self._flat_observations(per_agent)
         return torch.where(ended.reshape(-1, 1), final, self._observations)
 
     def _flatten(self, observations: Dict[str, Any]) -> torch.Tensor:
@@ -176,7 +176,4 @@ class IsaacLabWrapper(BatchedSimulatorEnv):
         except KeyError as error:
             raise KeyError(f"the Isaac Lab env returned no observation for agent {error.args[0]!r}; "
                            f"possible agents: {self.possible_agents}") from None
-        if isinstance(per_agent[0], dict):
-            per_agent = [torch.cat([obs[key].reshape(self.num_envs, -1) for key in self._observation_spaces[uid].spaces],
-                                   dim=1) for uid, obs in zip(self.possible_agents, per_agent)]
-        return concatenate_observations(per_agent, self.num_envs)
+        return self._flat_observations(per_agent)

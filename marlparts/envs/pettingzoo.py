@@ -227,7 +227,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
                 uid = self.possible_agents[column]
             else:
                 layout = self.layout.observations
-                uid = next(u for u in self.possible_agents if layout.columns(u).start <= column < layout.columns(u).stop)
+                uid = layout.uid_at(column)
             what = {"obs": "observation", "final_obs": "final observation", "reward": "reward"}[name]
             raise ValueError(f"non-finite {what} ({array[row, column]}) for agent {uid!r} in env copy {row} "
                              f"at step {self._steps} after reset")

@@ -9,7 +9,7 @@ import gymnasium
 import numpy as np
 import torch
 
-from marlparts.envs.batched import BatchedSimulatorEnv, concatenate_observations
+from marlparts.envs.batched import BatchedSimulatorEnv
 from marlparts.envs.vmas_reset import CopyResetter
 from marlparts.utils.agent_tensors import AgentTensors
 from marlparts.utils.distributed import rank_and_world_size
@@ -234,9 +234,5 @@ class VmasWrapper(BatchedSimulatorEnv):
         return self._flatten(observations)
 
     def _flatten(self, observations: Any) -> torch.Tensor:
-        per_agent = list(observations.values()) if isinstance(observations, dict) else observations
-        if isinstance(per_agent[0], dict):  # dict observations: their entries in the space's key order
-            per_agent = [torch.cat([obs[key].reshape(self.num_envs, -1)
-                                    for key in self._observation_spaces[uid].spaces], dim=1)
-                         for uid, obs in zip(self.possible_agents, per_agent)]
-        return concatenate_observations(per_agent, self.num_envs)
+        return self._flat_observations(list(observations.values()) if isinstance(observations, dict)
+                                       else observations)

@@ -6,6 +6,7 @@ free, and lets an algorithm take a group of agents with equal sizes as one
 ``(batch, agents, size)`` view instead of gathering agent by agent.
 """
 
+import bisect
 from typing import Dict, Iterator, Mapping, Sequence, Tuple
 
 import torch
@@ -42,6 +43,13 @@ class AgentLayout:
         """The column slice of ``uid``."""
         i = self.index(uid)
         return slice(self.offsets[i], self.offsets[i + 1])
+
+    def uid_at(self, column: int) -> str:
+        """The agent id whose columns hold ``column``."""
+        index = bisect.bisect_right(self.offsets, int(column)) - 1
+        if not 0 <= index < len(self.uids):
+            raise IndexError(f"column {column} is outside the layout's {self.total} columns")
+        return self.uids[index]
 
     def block(self, uids: Sequence[str]) -> Tuple[slice, int]:
         """``(columns, width)`` if ``uids`` are adjacent, in order, and of equal width, else ``(None, 0)``."""
