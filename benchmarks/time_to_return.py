@@ -37,7 +37,8 @@ def time_one_seed(example, seed: int, args: argparse.Namespace, directory: str) 
     set_seed(seed)
     env = example.make_env(args.num_envs or example.NUM_ENVS, args.workers, seed)
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "csv": False,
-                                                           "checkpoint_interval": 0, "directory": directory})
+                                                           "checkpoint_interval": 0, "directory": directory},
+                               **args.overrides)
     every = max(1, args.eval_every // env.num_envs)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
         "timesteps": args.timesteps // env.num_envs, "eval_interval": every, "eval_episodes": args.episodes,
@@ -73,6 +74,17 @@ def summary(values: list) -> dict:
             "not_reached": len(values) - len(reached)}
 
 
+def parse_override(text: str) -> tuple:
+    """``KEY=VALUE`` to ``(KEY, value)``, the value read as JSON (a bare word stays a string)."""
+    key, separator, value = text.partition("=")
+    if not separator or not key:
+        raise SystemExit(f"--set takes KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
@@ -81,11 +93,15 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=50, help="greedy episodes per evaluation")
     parser.add_argument("--num-envs", type=int, default=0, help="env copies (default: the example's)")
     parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one of the example's config values (VALUE read as JSON), e.g. learning_rate=1e-3")
     parser.add_argument("--output", default=str(ROOT / "benchmarks/results/time_to_return.json"))
     args = parser.parse_args()
+    args.overrides = dict(parse_override(text) for text in args.set)
     torch.set_num_threads(1)
     example = load_example("examples/mpe/simple_spread_mappo.py")
     record = {"example": "examples/mpe/simple_spread_mappo.py", "workers": args.workers,
+              "num_envs": args.num_envs or example.NUM_ENVS, "overrides": args.overrides,
               "eval_every": args.eval_every, "episodes": args.episodes, "seeds": {}}
     output = pathlib.Path(args.output)
     for seed in args.seeds:

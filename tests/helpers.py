@@ -9,6 +9,7 @@ from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils.config import merge_config
+from marlparts.utils.spaces import append_agent_id
 
 
 class Policy(CategoricalMixin, Model):
@@ -33,6 +34,8 @@ def build_mappo(env, *, share=True, rollouts=4, directory="runs/test", cfg=None,
     uids = list(uids or env.possible_agents)
     obs_space, act_space = env.observation_space(uids[0]), env.action_space(uids[0])
     value_space = env.state_space if algorithm == "mappo" else obs_space
+    if algorithm == "mappo" and (cfg or {}).get("agent_specific_values") == "one_hot":
+        value_space = append_agent_id(env.state_space, len(uids))
     one_value_per_agent = algorithm == "mappo" and (cfg or {}).get("agent_specific_values", "outputs") == "outputs"
     outputs = len(uids) if one_value_per_agent else 1
     if share:

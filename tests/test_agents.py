@@ -62,9 +62,15 @@ def test_groups_follow_model_identity():
     shared = build_mappo(env, share=True)
     assert [g.uids for g in shared.groups] == [["agent_0", "agent_1", "agent_2"]]
     assert len(shared.trained) == 2
-    separate = build_mappo(env, share=False)
+    separate = build_mappo(env, share=False, cfg={"stack_models": False})
     assert [g.uids for g in separate.groups] == [["agent_0"], ["agent_1"], ["agent_2"]]
     assert len(separate.trained) == 6
+    # separate models of one class and shape run as one stacked group, still named per agent in checkpoints
+    stacked = build_mappo(env, share=False)
+    assert [(g.uids, sorted(g.stacked_roles)) for g in stacked.groups] == [
+        (["agent_0", "agent_1", "agent_2"], ["policy", "value"])]
+    assert len(stacked.trained) == 2
+    assert sorted(stacked.checkpoint_parts()) == sorted(separate.checkpoint_parts())
 
 
 def _collect_rollout(agent, env, steps):
@@ -113,10 +119,12 @@ def test_shared_policy_gradient_equals_mean_of_per_agent_losses(tmp_path):
         assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_one_optimizer_step_per_model_per_minibatch(tmp_path):
+@pytest.mark.parametrize("stack_models, optimizers", [(False, 6), (True, 2)])
+def test_one_optimizer_step_per_model_per_minibatch(tmp_path, stack_models, optimizers):
     env = spread()
     agent = build_mappo(env, share=False, directory=str(tmp_path),
-                        cfg={"learning_epochs": 3, "mini_batches": 2, "experiment": {"tensorboard": False}})
+                        cfg={"learning_epochs": 3, "mini_batches": 2, "stack_models": stack_models,
+                             "experiment": {"tensorboard": False}})
     _collect_rollout(agent, env, 4)
     counts = {}
     for key, optimizer in enumerate(record.optimizer for record in agent.trained):
@@ -128,7 +136,7 @@ def test_one_optimizer_step_per_model_per_minibatch(tmp_path):
 
         optimizer.step = counted
     agent.update(3, 4)
-    assert len(counts) == 6 and set(counts.values()) == {6}
+    assert len(counts) == optimizers and set(counts.values()) == {6}  # a stack of 3 models has one optimizer
 
 
 def test_eval_is_greedy_and_save_load_restores_greedy_actions(tmp_path):
@@ -215,8 +223,13 @@ def test_inactive_steps_are_left_out_of_the_losses(tmp_path):
 def test_per_agent_config_is_resolved_per_group(tmp_path):
     env = spread()
     per_agent = {"agent_0": 0.01, "agent_1": 0.02, "agent_2": 0.01}
-    separate = build_mappo(env, share=False, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
+    separate = build_mappo(env, share=False, directory=str(tmp_path),
+                           cfg={"entropy_loss_scale": per_agent, "stack_models": False})
     assert [g.cfg["entropy_loss_scale"] for g in separate.groups] == [0.01, 0.02, 0.01]
+    # stacking merges only the agents whose settings agree
+    stacked = build_mappo(env, share=False, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
+    assert [(g.uids, g.cfg["entropy_loss_scale"]) for g in stacked.groups] == [(["agent_0", "agent_2"], 0.01),
+                                                                                (["agent_1"], 0.02)]
     with pytest.raises(ValueError, match="differs within the group"):
         build_mappo(env, share=True, directory=str(tmp_path), cfg={"entropy_loss_scale": per_agent})
 

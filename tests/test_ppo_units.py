@@ -21,13 +21,15 @@ def spread(num_envs=8):
     return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=num_envs, seed=0)
 
 
-def shared_critic_mappo(env, tmp_path, rollouts):
-    """Separate policies (one group per agent) and one critic shared by every group."""
+def shared_critic_mappo(env, tmp_path, rollouts, stack_models=False):
+    """Separate policies and one critic shared by every agent: one group per agent (or, with
+    ``stack_models``, one group whose policies are stacked and whose critic is the shared one).
+    """
     value = Value(observation_space=env.state_space, output_size=env.num_agents)
     models = {uid: {"policy": Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
                     "value": value} for uid in env.possible_agents}
     cfg = MAPPO_DEFAULT_CONFIG.copy()
-    cfg.update(rollouts=rollouts, learning_epochs=2, mini_batches=2)
+    cfg.update(rollouts=rollouts, learning_epochs=2, mini_batches=2, stack_models=stack_models)
     cfg["experiment"].update(directory=str(tmp_path), tensorboard=False, checkpoint_interval=0)
     return MAPPO(possible_agents=env.possible_agents, models=models,
                  memories={uid: RandomMemory(memory_size=rollouts, num_envs=env.num_envs) for uid in env.possible_agents},

@@ -11,10 +11,12 @@ import torch
 
 from marlparts.agents.checkpoints import CheckpointMixin
 from marlparts.agents.groups import AgentGroup, build_groups
+from marlparts.agents.stacking import StackedTrainedModel
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.memories.base import Memory
 from marlparts.models.base import Model
 from marlparts.models.recurrent import is_recurrent
+from marlparts.models.stacked import StackedModels
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import agreed_value, check_config, merge_config
 from marlparts.utils.distributed import (
@@ -191,12 +193,21 @@ class MultiAgent(CheckpointMixin):
         """
         if id(model) in self._records:
             return self._records[id(model)]
+        # a stack of per-agent models speaks for its members: their agents, names and (agreed) settings
+        members = model.members if isinstance(model, StackedModels) else [model]
+        owners = [uid for member in members for uid in self.owners(member, role)]
+        what = f"the agents that share {'|'.join(self.model_name(member) for member in members)}"
         fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters())
-        optimizer = torch.optim.Adam(model.parameters(), lr=self.model_value(learning_rate_key, model, role), fused=fused)
-        record = TrainedModel(name=self.model_name(model), role=role, model=model, owners=self.owners(model, role),
-                              optimizer=optimizer)
+        optimizer = torch.optim.Adam(model.parameters(), lr=agreed_value(self.cfg, learning_rate_key, owners, what),
+                                     fused=fused)
+        if isinstance(model, StackedModels):
+            record: TrainedModel = StackedTrainedModel(
+                name=f"{role}[{'|'.join(owners)}]", role=role, model=model, owners=owners, optimizer=optimizer,
+                member_names=[self.model_name(member) for member in members])
+        else:
+            record = TrainedModel(name=self.model_name(model), role=role, model=model, owners=owners, optimizer=optimizer)
         if "grad_norm_clip" in self.cfg:
-            record.grad_norm_clip = float(self.model_value("grad_norm_clip", model, role))
+            record.grad_norm_clip = float(agreed_value(self.cfg, "grad_norm_clip", owners, what))
         scheduler_class = self.cfg.get("learning_rate_scheduler")
         if scheduler_class is not None:
             record.scheduler = scheduler_class(optimizer, **self.cfg["learning_rate_scheduler_kwargs"])
@@ -310,8 +321,7 @@ class MultiAgent(CheckpointMixin):
         for record in records:
             if scaler is not None:
                 scaler.unscale_(record.optimizer)
-            if record.grad_norm_clip > 0:
-                torch.nn.utils.clip_grad_norm_(record.model.parameters(), record.grad_norm_clip)
+            record.clip_gradients()
             if scaler is not None:
                 scaler.step(record.optimizer)
             else:

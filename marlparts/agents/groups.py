@@ -1,6 +1,6 @@
 """Groups of agents that share models: each group runs as one batch (env copies × agents)."""
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
 import torch
 
@@ -23,6 +23,8 @@ class AgentGroup:
         noise: the exploration noise of algorithms that add one (off-policy methods), else None.
         hidden: ``role -> HiddenStates`` of the group's recurrent models (empty for feed-forward ones).
         cache: values of the current step passed from ``act`` to ``record_transition``.
+        stacked_roles: the roles whose model is a :class:`~marlparts.models.stacked.StackedModels` of
+            the agents' own models (one per agent, run as one); empty for a group that shares models.
     """
 
     def __init__(self, uids: Sequence[str], models: Mapping[str, Model], memory: Optional[Memory],
@@ -36,6 +38,7 @@ class AgentGroup:
         self.noise: Optional[Any] = None
         self.hidden: Dict[str, Any] = {}
         self.cache: Dict[str, torch.Tensor] = {}
+        self.stacked_roles: FrozenSet[str] = frozenset()
 
     @property
     def size(self) -> int:

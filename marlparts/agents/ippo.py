@@ -1,6 +1,6 @@
 """Independent PPO (de Witt et al., 2020): every critic reads only its own agent's observation."""
 
-from typing import Optional
+from typing import List, Optional, Union
 
 import torch
 
@@ -28,10 +28,14 @@ class IPPO(MultiAgentPPO):
         """Size of the agent's flattened observation."""
         return flat_size(self.observation_spaces[uid])
 
-    def critic_input_rows(self, record: TrainedModel) -> torch.Tensor:
-        """The stored observations of the agents that use the critic, at their active steps."""
-        return torch.cat([self._active_rows(group, "observations") for group in self.groups
-                          if group.trained["value"] is record])
+    def critic_input_rows(self, record: TrainedModel) -> Union[torch.Tensor, List[torch.Tensor]]:
+        """The stored observations of the agents that use the critic, at their active steps (per member of
+        stacked critics).
+        """
+        groups = [group for group in self.groups if group.trained["value"] is record]
+        if "value" in groups[0].stacked_roles:
+            return self._member_rows(groups[0], "observations")
+        return torch.cat([self._active_rows(group, "observations") for group in groups])
 
     def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """The critic on each agent's own (standardised if configured) observation."""

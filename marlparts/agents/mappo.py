@@ -1,6 +1,6 @@
 """Multi-Agent PPO (Yu et al., 2022): decentralised policies, a centralised critic on the global state."""
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -61,16 +61,28 @@ class MAPPO(MultiAgentPPO):
         """Name the option that shapes the critic."""
         return f" with cfg['agent_specific_values']={self.cfg['agent_specific_values']!r}"
 
-    def critic_input_rows(self, record: TrainedModel) -> torch.Tensor:
-        """The stored global states: one row per env copy and step (every group stores the same ones)."""
+    def critic_input_rows(self, record: TrainedModel) -> Union[torch.Tensor, List[torch.Tensor]]:
+        """The stored global states: one row per env copy and step (every group stores the same ones);
+        the same rows for each member of stacked critics.
+        """
         group = next(group for group in self.groups if group.trained["value"] is record)
-        return group.memory.get_tensor_by_name("states").flatten(0, 1)
+        rows = group.memory.get_tensor_by_name("states").flatten(0, 1)
+        return [rows] * group.size if "value" in group.stacked_roles else rows
 
     def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state."""
         mode = self.cfg["agent_specific_values"]
-        states = self._preprocess_states(group, states)
         batch, size = observations.shape[:2]
+        if "value" in group.stacked_roles:  # each agent's own critic reads the state through its own preprocessor
+            inputs = self._preprocess_states(group, states.unsqueeze(1).expand(batch, size, -1))
+            if mode == "one_hot":
+                one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(inputs.dtype)
+                inputs = torch.cat([inputs, one_hot.expand(batch, size, -1)], dim=-1)
+            predicted = self.critic_act(group, inputs.flatten(0, 1)).unflatten(0, (batch, size))
+            if mode == "outputs":
+                return predicted.gather(-1, group.agent_indexes.to(predicted.device).view(1, size, 1).expand(batch, size, 1))
+            return predicted
+        states = self._preprocess_states(group, states)
         if mode == "one_hot":
             one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(states.dtype)
             inputs = torch.cat([states.unsqueeze(1).expand(batch, size, -1), one_hot.expand(batch, size, -1)], dim=-1)

@@ -329,5 +329,6 @@ class OffPolicyMultiAgent(MultiAgent):
             steps.append({tag: value.detach() for tag, value in self.gradient_update(self.sample_batch()).items()})
         tags = dict.fromkeys(tag for step in steps for tag in step)
         metrics = {tag: torch.stack([step[tag] for step in steps if tag in step]).float().mean().item() for tag in tags}
-        metrics.update({f"Learning rate / {record.name}": record.learning_rate() for record in self.trained})
+        for record in self.trained:
+            metrics.update({f"Learning rate / {name}": rate for name, rate in record.learning_rates().items()})
         self.report_update(metrics)

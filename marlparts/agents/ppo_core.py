@@ -4,7 +4,7 @@ The two algorithms differ in what their critics see: :meth:`MultiAgentPPO.predic
 :meth:`MultiAgentPPO.critic_input_rows`, which each overrides.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -14,10 +14,11 @@ from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.ppo_losses import ppo_losses
 from marlparts.agents.ppo_sequences import RecurrentPPOMixin
+from marlparts.agents.stacking import StackedScaler, StackedTrainedModel, stack_groups
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
-from marlparts.utils.agent_tensors import stack_agents, unstack_agents
+from marlparts.utils.agent_tensors import masked_mean_std, stack_agents, unstack_agents
 from marlparts.utils.config import Config
 from marlparts.utils.distributed import mean_over_ranks
 from marlparts.utils.spaces import action_size, flat_size, is_discrete
@@ -47,6 +48,7 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
     "mixed_precision": False,             # CUDA autocast (float16) and a gradient scaler in the update
     "sequence_length": 0,                 # recurrent models: chunks of this many consecutive steps (0: single steps)
+    "stack_models": True,                 # run agents' own models of one class and shape as one (stacked parameters)
     "experiment": EXPERIMENT_DEFAULTS,
 })
 
@@ -80,19 +82,23 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         if self.USES_STATE and self.state_spaces is None:
             raise ValueError(f"{type(self).__name__} needs `state_spaces` (the global state of env.state_spaces)")
         self._check_groups()
+        if self.cfg["stack_models"]:
+            self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings)
         self._prepare_recurrence()
         for group in self.groups:
             policy, value = group.models["policy"], group.models["value"]
             uid = group.uids[0]
             group.trained["policy"] = policy_record = self.add_trained_model(policy, "policy")
             group.trained["value"] = value_record = self.add_trained_model(value, "value")
+            policy_members = group.size if "policy" in group.stacked_roles else 0
+            value_members = group.size if "value" in group.stacked_roles else 0
             if policy_record.input_preprocessor is None:
-                policy_record.input_preprocessor = self._make_preprocessor("observation_preprocessor",
-                                                                           flat_size(self.observation_spaces[uid]))
+                policy_record.input_preprocessor = self._make_preprocessor(
+                    "observation_preprocessor", flat_size(self.observation_spaces[uid]), policy_members)
             if value_record.input_preprocessor is None:
                 value_record.input_preprocessor = self._make_preprocessor("state_preprocessor",
-                                                                          self.critic_input_size(uid))
-                value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1)
+                                                                          self.critic_input_size(uid), value_members)
+                value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1, value_members)
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
         self._next_infos: Optional[Mapping[str, Any]] = None
@@ -124,10 +130,27 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         """Extra words for a critic-size error (which option shapes the critic)."""
         return ""
 
-    def _make_preprocessor(self, key: str, size: int) -> Optional[nn.Module]:
+    def _model_input_size(self, uid: str, role: str) -> int:
+        """The number of inputs the model of ``role`` of ``uid`` reads."""
+        return flat_size(self.observation_spaces[uid]) if role == "policy" else self.value_model_shape(uid)[0]
+
+    def _per_agent_settings(self, group: AgentGroup) -> Dict[str, Any]:
+        """The group's values of the per-agent settings (agents whose models are stacked share them)."""
+        return {key: group.cfg[key] for key in sorted(self.PER_AGENT_KEYS)}
+
+    def _make_preprocessor(self, key: str, size: int, members: int = 0) -> Optional[nn.Module]:
+        """The preprocessor of ``cfg[key]`` for ``size`` features (None if not configured); with ``members``,
+        one per member of a stack, applied together by a :class:`StackedScaler`.
+        """
         preprocessor_class = self.cfg[key]
         if preprocessor_class is None:
             return None
+        if members:
+            if preprocessor_class is not RunningStandardScaler:
+                raise TypeError(f"cfg[{key!r}] = {preprocessor_class.__name__}: agents whose models are stacked use "
+                                "RunningStandardScaler; set cfg['stack_models'] = False for other preprocessors")
+            return StackedScaler([preprocessor_class(size, **self.cfg[f"{key}_kwargs"]).to(self.device)
+                                  for _ in range(members)])
         return preprocessor_class(size, **self.cfg[f"{key}_kwargs"]).to(self.device)
 
     def observation_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
@@ -169,9 +192,10 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         """
         raise NotImplementedError
 
-    def critic_input_rows(self, record: TrainedModel) -> torch.Tensor:
+    def critic_input_rows(self, record: TrainedModel) -> Union[torch.Tensor, List[torch.Tensor]]:
         """The stored critic inputs of the rollout that the state preprocessor of ``record`` takes in:
-        one row per input the critic read (inactive agents' rows left out).
+        one row per input the critic read (inactive agents' rows left out); for stacked critics, one
+        such tensor per member.
         """
         raise NotImplementedError
 
@@ -333,8 +357,11 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                     last_values=self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True),
                     discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
                 active = memory.get_tensor_by_name("active")
-                mean = advantages[active].mean()
-                std = advantages[active].std() if active.sum() > 1 else torch.ones(())
+                if "policy" in group.stacked_roles:  # each agent's own policy: its own advantages' statistics
+                    mean, std = masked_mean_std(advantages, active, dims=(0, 1))
+                else:
+                    mean = advantages[active].mean()
+                    std = advantages[active].std() if active.sum() > 1 else torch.ones(())
                 memory.set_tensor_by_name("advantages", (advantages - mean) / (std + 1e-8))
                 memory.set_tensor_by_name("returns", returns)
                 normaliser = self.value_normaliser(group)
@@ -349,18 +376,33 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         with torch.no_grad():
             for record in self.trained:
                 groups = [group for group in self.groups if group.trained.get(record.role) is record]
+                stacked = isinstance(record, StackedTrainedModel)  # one group; each member takes in its own rows
                 if record.role == "policy" and record.input_preprocessor is not None:
-                    record.input_preprocessor.update(torch.cat([self._active_rows(g, "observations") for g in groups]))
+                    if stacked:
+                        record.input_preprocessor.update_members(self._member_rows(groups[0], "observations"))
+                    else:
+                        record.input_preprocessor.update(torch.cat([self._active_rows(g, "observations") for g in groups]))
                 if record.role == "value":
                     if record.input_preprocessor is not None:
-                        record.input_preprocessor.update(self.critic_input_rows(record))
+                        rows = self.critic_input_rows(record)
+                        update = record.input_preprocessor.update_members if stacked else record.input_preprocessor.update
+                        update(rows)
                     if record.value_normaliser is not None:
-                        record.value_normaliser.update(torch.cat([self._active_rows(g, "returns") for g in groups]))
+                        if stacked:
+                            record.value_normaliser.update_members(self._member_rows(groups[0], "returns"))
+                        else:
+                            record.value_normaliser.update(torch.cat([self._active_rows(g, "returns") for g in groups]))
 
     @staticmethod
     def _active_rows(group: AgentGroup, name: str) -> torch.Tensor:
         """The rows of stored tensor ``name`` (with an agent axis) at the group's active steps."""
         return group.memory.get_tensor_by_name(name)[group.memory.get_tensor_by_name("active").squeeze(-1)]
+
+    @staticmethod
+    def _member_rows(group: AgentGroup, name: str) -> List[torch.Tensor]:
+        """Per agent of ``group``: the rows of stored tensor ``name`` at that agent's active steps."""
+        values, active = group.memory.get_tensor_by_name(name), group.memory.get_tensor_by_name("active").squeeze(-1)
+        return [values[:, :, k][active[:, :, k]] for k in range(group.size)]
 
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""
@@ -413,5 +455,6 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         means = {key: sum(epoch[key] for epoch in epochs) / len(epochs) for key in epochs[0]}
         metrics = {"Loss / policy": means["policy"], "Loss / value": means["value"],
                    "Policy / entropy": means["entropy_value"], "Policy / KL": means["kl"]}
-        metrics.update({f"Learning rate / {record.name}": record.learning_rate() for record in self.trained})
+        for record in self.trained:
+            metrics.update({f"Learning rate / {name}": rate for name, rate in record.learning_rates().items()})
         self.report_update(metrics)

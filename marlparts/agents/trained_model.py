@@ -49,3 +49,12 @@ class TrainedModel:
     def learning_rate(self) -> float:
         """The optimizer's current learning rate."""
         return float(self.optimizer.param_groups[0]["lr"])
+
+    def learning_rates(self) -> Dict[str, float]:
+        """``{name: learning rate}`` of the model(s) this record trains, for the logs."""
+        return {self.name: self.learning_rate()}
+
+    def clip_gradients(self) -> None:
+        """Clip the gradient of the model's parameters to norm ``grad_norm_clip`` (0: no clipping)."""
+        if self.grad_norm_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_norm_clip)

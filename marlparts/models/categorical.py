@@ -26,12 +26,19 @@ class CategoricalMixin:
         log_probs = log_softmax(logits)
         probs = log_probs.exp()
         taken = inputs.get("taken_actions")
-        actions = torch.multinomial(probs, 1) if taken is None else taken.long()
+        actions = self._sample(probs) if taken is None else taken.long()
         outputs = dict(outputs)
         outputs["logits"] = logits
         outputs["mean_actions"] = logits.argmax(dim=-1, keepdim=True)
         outputs["entropy"] = -(probs * log_probs).sum(dim=-1, keepdim=True)
         return actions, log_probs.gather(-1, actions), outputs
+
+    @staticmethod
+    def _sample(probs: torch.Tensor) -> torch.Tensor:
+        """One action per row of ``(..., actions)`` probabilities, ``(..., 1)`` int64 (rows in order)."""
+        if probs.dim() == 2:
+            return torch.multinomial(probs, 1)
+        return torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1).view(*probs.shape[:-1], 1)
 
     def distribution(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Categorical:
         """The policy's ``torch.distributions.Categorical`` for ``inputs`` (masks applied)."""

@@ -1,0 +1,222 @@
+"""Agents with separate models of one class and shape, trained as one group: stacked parameters.
+
+:func:`stack_groups` merges the one-agent groups whose models can be stacked
+(:class:`~marlparts.models.stacked.StackedModels`) into one group that acts, predicts values and
+updates in one batched computation. What belongs to each agent stays the agent's own, and
+checkpoints hold it under the same names as without stacking, so a checkpoint does not depend
+on how the work was batched: each member model (its parameters share memory with the stack),
+its slice of the stacked optimizer's state (:class:`StackedOptimizerSlice`), and its own
+preprocessors, whose statistics :class:`StackedScaler` reads as one stacked tensor.
+"""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+
+from marlparts.agents.groups import AgentGroup
+from marlparts.agents.trained_model import TrainedModel
+from marlparts.models.stacked import StackedModels
+from marlparts.resources.preprocessors import RunningStandardScaler
+
+
+class StackedScaler(nn.Module):
+    """``K`` :class:`RunningStandardScaler` (one per member agent) applied as one.
+
+    The members' statistics are views of stacked ``(K, size)`` buffers, so a member that folds in
+    a batch or loads a checkpoint changes the stack. Inputs carry the members on their
+    second-to-last axis, ``(..., K, size)``, or are ``(batch * K, size)`` rows in batch-major order.
+    """
+
+    def __init__(self, members: Sequence[RunningStandardScaler]) -> None:
+        super().__init__()
+        self.__dict__["members"] = list(members)  # not submodules: their buffers are views of the stack's
+        self.size = len(members)
+        self.epsilon, self.clip_threshold = members[0].epsilon, members[0].clip_threshold
+        for name in ("running_mean", "running_variance", "current_count"):
+            stacked = torch.stack([getattr(member, name) for member in members])
+            self.register_buffer(name, stacked)
+            for k, member in enumerate(members):
+                member.register_buffer(name, stacked[k])
+                member._cached = None
+        self._cached: Optional[tuple] = None
+
+    def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False, clip: bool = True) -> torch.Tensor:
+        """Standardise each member's part of ``x`` with its own statistics (or undo it if ``inverse``)."""
+        if train:
+            raise ValueError("a StackedScaler is updated through update_members(), not with train=True")
+        rows = x.dim() == 2
+        stacked = x.unflatten(0, (-1, self.size)) if rows else x
+        if stacked.shape[-2:] != self.running_mean.shape:
+            raise ValueError(f"stacked RunningStandardScaler of {self.size} members of size {self.running_mean.shape[1]} "
+                             f"got input of shape {tuple(x.shape)}")
+        key = (x.dtype, self.running_mean._version, self.running_variance._version)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, self.running_mean.to(x.dtype), (self.running_variance + self.epsilon).sqrt().to(x.dtype))
+        _, mean, std = self._cached
+        if inverse:
+            result = stacked * std + mean
+        else:
+            result = (stacked - mean) / std
+            result = result.clamp(-self.clip_threshold, self.clip_threshold) if clip else result
+        return result.flatten(0, 1) if rows else result
+
+    def update_members(self, rows: Sequence[torch.Tensor]) -> None:
+        """Fold ``rows[k]`` (``(n_k, size)``) into member ``k``'s statistics."""
+        for member, member_rows in zip(self.members, rows):
+            member.update(member_rows)
+
+
+class StackedOptimizerSlice:
+    """One member's part of the optimizer of a stack, in the form the member's own optimizer would have:
+    its ``state_dict`` holds the member's slice of every state tensor, and loading one writes that slice.
+
+    Args:
+        optimizer: the optimizer of the stacked parameters.
+        index: the member's position in the stack.
+        shapes: the shapes of the member's own parameters, in the stack's parameter order.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, index: int, shapes: Sequence[torch.Size]) -> None:
+        self.optimizer, self.index, self.shapes = optimizer, index, list(shapes)
+
+    def _parameters(self) -> List[torch.Tensor]:
+        return [parameter for group in self.optimizer.param_groups for parameter in group["params"]]
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The member's optimizer state: the state tensors' slices, and the hyperparameters."""
+        full = self.optimizer.state_dict()
+        state = {}
+        for position, values in full["state"].items():
+            state[position] = {key: value[self.index].reshape(self.shapes[position]).clone()
+                               if isinstance(value, torch.Tensor) and value.dim() > 0 else copy.deepcopy(value)
+                               for key, value in values.items()}
+        return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Write the member's slice of every state tensor (creating the stacked state on first load) and the
+        hyperparameters; a state for another number of parameters is refused before anything changes.
+        """
+        parameters = self._parameters()
+        theirs = [len(group["params"]) for group in state_dict.get("param_groups", [])]
+        if sum(theirs) != len(parameters) or len(theirs) != len(self.optimizer.param_groups):
+            raise ValueError(f"the optimizer state holds parameter groups of {theirs} tensors, this stacked optimizer "
+                             f"{[len(group['params']) for group in self.optimizer.param_groups]}")
+        for position, values in state_dict.get("state", {}).items():
+            parameter = parameters[int(position)]
+            own = self.optimizer.state[parameter]
+            for key, value in values.items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0:
+                    if key not in own:
+                        own[key] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+                    own[key][self.index].copy_(value.reshape(own[key][self.index].shape))
+                elif isinstance(value, torch.Tensor):  # the step count, where the optimizer keeps it
+                    device = own[key].device if key in own else (
+                        parameter.device if self.optimizer.defaults.get("fused") or
+                        self.optimizer.defaults.get("capturable") else value.device)
+                    own[key] = value.detach().clone().to(device=device, dtype=torch.float32)
+                else:
+                    own[key] = value
+        for group, loaded in zip(self.optimizer.param_groups, state_dict["param_groups"]):
+            group.update({key: value for key, value in loaded.items() if key != "params"})
+
+
+@dataclass(eq=False)
+class StackedTrainedModel(TrainedModel):
+    """The record of a :class:`StackedModels`: one optimizer (and scheduler) over the stacked parameters,
+    :class:`StackedScaler` preprocessors, and, in checkpoints and logs, each member under its own name.
+
+    Attributes:
+        member_names: the members' names (``role[agent]``), in stack order.
+    """
+
+    member_names: List[str] = field(default_factory=list)
+
+    def checkpoint_parts(self) -> Dict[str, Any]:
+        """Each member's model, optimizer slice, scheduler and preprocessors, named as without stacking."""
+        shapes = [parameter.shape for parameter in self.model.members[0].parameters()]
+        parts: Dict[str, Any] = {}
+        for k, (name, member) in enumerate(zip(self.member_names, self.model.members)):
+            parts[name] = member
+            parts[f"optimizer:{name}"] = StackedOptimizerSlice(self.optimizer, k, shapes)
+            if self.scheduler is not None:
+                parts[f"scheduler:{name}"] = self.scheduler
+            if self.input_preprocessor is not None:
+                parts[f"preprocessor:{name}"] = self.input_preprocessor.members[k]
+            if self.value_normaliser is not None:
+                parts[f"value_normaliser:{name}"] = self.value_normaliser.members[k]
+        return parts
+
+    def learning_rates(self) -> Dict[str, float]:
+        """``{member name: learning rate}`` (one optimizer: the same rate for every member)."""
+        return {name: self.learning_rate() for name in self.member_names}
+
+    def clip_gradients(self) -> None:
+        """Clip each member's gradient to norm ``grad_norm_clip`` on its own, as its own optimizer would."""
+        if self.grad_norm_clip <= 0:
+            return
+        gradients = [parameter.grad for parameter in self.model.parameters() if parameter.grad is not None]
+        if not gradients:
+            return
+        squares = torch.stack([gradient.square().flatten(1).sum(1) for gradient in gradients]).sum(0)   # (K,)
+        scale = (self.grad_norm_clip / (squares.sqrt() + 1e-6)).clamp(max=1.0)
+        for gradient in gradients:
+            gradient.mul_(scale.view(-1, *([1] * (gradient.dim() - 1))))
+
+
+def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int],
+                 settings: Callable[[AgentGroup], Any]) -> List[AgentGroup]:
+    """Merge the one-agent groups whose models can be stacked into one group per kind of model.
+
+    Groups of several agents (shared models) stay as they are. One-agent groups are candidates
+    together when, for every role, their models are either one shared instance or of one class
+    with the same parameter shapes; a merged group's model of a role is then that shared instance
+    or a :class:`StackedModels` of its members' models. ``input_sizes(uid, role)`` is the number of
+    inputs a model of ``role`` reads, for the check that the stacked run reproduces the members';
+    only groups with equal ``settings(group)`` (their per-agent configuration) are merged, since the
+    merged agents share one. The merged group takes the first member's place and memory.
+    """
+    candidates: Dict[tuple, List[AgentGroup]] = {}
+    for group in groups:
+        if group.size == 1:
+            key = (repr(settings(group)),) + tuple(
+                (type(group.models[role]), tuple(p.shape for p in group.models[role].parameters())) for role in roles)
+            candidates.setdefault(key, []).append(group)
+    merged: Dict[int, Optional[AgentGroup]] = {}
+    for members in candidates.values():
+        if len(members) < 2:
+            continue
+        group = _merge(members, roles, input_sizes)
+        if group is None:
+            continue
+        merged[id(members[0])] = group
+        for member in members[1:]:
+            merged[id(member)] = None
+    return [merged.get(id(group), group) for group in groups if merged.get(id(group), group) is not None]
+
+
+def _merge(members: List[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int]
+           ) -> Optional[AgentGroup]:
+    models: Dict[str, Any] = {}
+    first = members[0]
+    for role in roles:
+        role_models = [group.models[role] for group in members]
+        if all(model is role_models[0] for model in role_models):
+            models[role] = role_models[0]
+            continue
+        stack = StackedModels.build(role_models, check_inputs=input_sizes(first.uids[0], role))
+        if stack is None:
+            return None
+        models[role] = stack
+    stacked_roles = frozenset(role for role, model in models.items() if isinstance(model, StackedModels))
+    if not stacked_roles:
+        return None
+    for role in stacked_roles:
+        models[role].bind_members()
+    group = AgentGroup([group.uids[0] for group in members], models, first.memory,
+                       [int(group.agent_indexes[0]) for group in members])
+    group.cfg = dict(first.cfg)
+    group.stacked_roles = stacked_roles
+    return group

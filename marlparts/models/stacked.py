@@ -1,0 +1,215 @@
+"""Several models of one class and shape run as one: their parameters stacked along a leading axis.
+
+A user who gives each agent its own model (no parameter sharing) still writes one ``Model``
+per agent. When those models have the same class and the same parameter shapes,
+:class:`StackedModels` runs them as one batched computation: every ``nn.Linear`` becomes one
+batched matrix product over the stacked weights, and every other operation of ``compute`` and of
+the policy mixin broadcasts over the stack. The member models keep their own parameters, which
+share memory with the stacked ones: an optimizer step on the stack shows in each member, and
+loading a member's ``state_dict`` writes into the stack.
+"""
+
+import copy
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from marlparts.models.base import Model
+from marlparts.models.recurrent import is_recurrent
+
+
+class StackedLinear(nn.Module):
+    """``K`` linear layers applied to ``(K, batch, in)`` inputs in one batched product.
+
+    Args:
+        weight: ``(K, out, in)`` stacked weights.
+        bias: ``(K, out)`` stacked biases, or None.
+    """
+
+    def __init__(self, weight: nn.Parameter, bias: Optional[nn.Parameter]) -> None:
+        super().__init__()
+        self.weight = weight
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ Wᵀ + b`` per stacked layer, ``(K, batch, in)`` to ``(K, batch, out)``."""
+        if x.dim() != 3:
+            raise ValueError(f"a stacked linear layer takes (models, batch, features) inputs, got {tuple(x.shape)}")
+        if self.bias is None:
+            return torch.bmm(x, self.weight.transpose(1, 2))
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+
+
+def _owner(module: nn.Module, dotted: str) -> Tuple[nn.Module, str]:
+    """The submodule that holds the parameter or buffer ``dotted`` and its local name."""
+    *path, name = dotted.split(".")
+    for part in path:
+        module = getattr(module, part)
+    return module, name
+
+
+def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
+    """Why ``models`` cannot be stacked (None if they can): they must be distinct feed-forward models of
+    one class with the same parameter and buffer names and shapes, all on one device.
+    """
+    first = models[0]
+    if len({id(model) for model in models}) != len(models):
+        return "a model appears twice"
+    if any(type(model) is not type(first) for model in models):
+        return "their classes differ"
+    if any(is_recurrent(model) for model in models):
+        return "recurrent models are not stacked"
+    shapes = [{name: tuple(t.shape) for name, t in [*model.named_parameters(), *model.named_buffers()]}
+              for model in models]
+    if any(shape != shapes[0] for shape in shapes[1:]):
+        return "their parameter or buffer shapes differ"
+    devices = {t.device for model in models for t in [*model.parameters(), *model.buffers()]}
+    if len(devices) > 1:
+        return f"their tensors are on several devices {sorted(map(str, devices))}"
+    if not any(True for _ in first.parameters()):
+        return "they have no parameters"
+    return None
+
+
+class StackedModels(nn.Module):
+    """``K`` models of one class and shape (the *members*) run as one batched model.
+
+    Inputs are the rows of a group of ``K`` agents in batch-major order, as a group of agents that
+    share one model passes them: ``(batch * K, ...)``, row ``b * K + k`` belonging to member ``k``.
+    :meth:`act` returns its outputs in the same order, so the stack stands in for a shared model.
+
+    Built by :meth:`build`, which returns None when the members cannot be stacked or their stacked
+    run does not reproduce their own outputs; the members are untouched until :meth:`bind_members`
+    points their parameters at the stack.
+
+    Attributes:
+        members: the member models, in stack order (not submodules: :meth:`parameters` yields the
+            stacked parameters only, which the optimizer trains).
+        member_parameters: ``[(name, stacked parameter)]`` in each member's ``named_parameters`` order.
+    """
+
+    def __init__(self, members: Sequence[Model], batched: Model,
+                 member_parameters: List[Tuple[str, nn.Parameter]]) -> None:
+        super().__init__()
+        self.batched = batched
+        self.__dict__["members"] = list(members)  # plain attribute: not registered as submodules
+        self.member_parameters = member_parameters
+        self.size = len(members)
+
+    @classmethod
+    def build(cls, members: Sequence[Model], *, check_inputs: int) -> Optional["StackedModels"]:
+        """Stack ``members`` (see the class documentation), or None if they cannot be.
+
+        ``check_inputs`` is the number of input features: the stacked run is compared with each
+        member's own on random inputs of that size before any member is changed.
+        """
+        if len(members) < 2 or stacking_obstacle(members) is not None:
+            return None
+        batched, stacked = cls._batched_copy(members)
+        stack = cls(members, batched, stacked)
+        return stack if stack._reproduces_members(check_inputs) else None
+
+    @staticmethod
+    def _batched_copy(members: Sequence[Model]) -> Tuple[Model, List[Tuple[str, nn.Parameter]]]:
+        """A copy of the first member whose linear layers are :class:`StackedLinear` over the members'
+        stacked weights and whose other parameters and buffers are stacked as ``(K, 1, *shape)``, which
+        broadcasts over ``(K, batch, ...)`` activations.
+        """
+        first = members[0]
+        batched = copy.deepcopy(first)
+        linear_names = {name for name, module in first.named_modules() if type(module) is nn.Linear}
+        stacked: Dict[str, nn.Parameter] = {}
+        for name, _ in first.named_parameters():
+            values = torch.stack([member.get_parameter(name).detach() for member in members])
+            module_name, _, local = name.rpartition(".")
+            if module_name not in linear_names:
+                values = values.unsqueeze(1)
+            stacked[name] = nn.Parameter(values.clone(), requires_grad=first.get_parameter(name).requires_grad)
+        for module_name in linear_names:
+            prefix = f"{module_name}." if module_name else ""
+            layer = StackedLinear(stacked[f"{prefix}weight"], stacked.get(f"{prefix}bias"))
+            if module_name:
+                parent, local = _owner(batched, module_name)
+                setattr(parent, local, layer)
+            else:
+                raise TypeError("a model that is itself an nn.Linear is not stacked")
+        for name, parameter in stacked.items():
+            module_name, _, local = name.rpartition(".")
+            if module_name not in linear_names:
+                owner, local = _owner(batched, name)
+                setattr(owner, local, parameter)
+        for name, _ in first.named_buffers():
+            owner, local = _owner(batched, name)
+            owner.register_buffer(local, torch.stack([member.get_buffer(name) for member in members]).unsqueeze(1))
+        return batched, [(name, stacked[name]) for name, _ in first.named_parameters()]
+
+    def _reproduces_members(self, num_inputs: int) -> bool:
+        """Whether the stacked run gives each member's own outputs on random inputs (a ``compute`` that
+        reshapes its batch, say, would not): the guard that makes stacking safe for any model.
+        """
+        device = self.member_parameters[0][1].device
+        generator = torch.Generator(device="cpu").manual_seed(0)
+        inputs = torch.randn(3 * self.size, num_inputs, generator=generator).to(device)
+        try:
+            with torch.no_grad():
+                stacked, _ = self.compute({"observations": inputs})
+                for k, member in enumerate(self.members):
+                    own, _ = member.compute({"observations": inputs[k::self.size]})
+                    if own.shape != stacked[k::self.size].shape or \
+                            not torch.allclose(own, stacked[k::self.size], rtol=1e-4, atol=1e-5):
+                        return False
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            return False
+        return True
+
+    def bind_members(self) -> None:
+        """Point every member's parameters and buffers at its slice of the stacked ones: from here on the
+        stack is what trains, and each member reads (and loads into) its slice.
+        """
+        for name, stacked in self.member_parameters:
+            for k, member in enumerate(self.members):
+                owner, local = _owner(member, name)
+                old = getattr(owner, local)
+                setattr(owner, local, nn.Parameter(stacked.data[k].view(old.shape), requires_grad=old.requires_grad))
+        for name, stacked in self.batched.named_buffers():
+            for k, member in enumerate(self.members):
+                owner, local = _owner(member, name)
+                owner.register_buffer(local, stacked[k].view(getattr(owner, local).shape))
+
+    # ----------------------------------------------------------------------------- running
+    def _to_stack(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``(batch * K, ...)`` rows to ``(K, batch, ...)``."""
+        return tensor.unflatten(0, (-1, self.size)).transpose(0, 1)
+
+    def _from_stack(self, tensor: Any) -> Any:
+        """``(K, batch, ...)`` to ``(batch * K, ...)`` rows (other values as they are)."""
+        if isinstance(tensor, torch.Tensor) and tensor.dim() >= 2 and tensor.shape[0] == self.size:
+            return tensor.transpose(0, 1).flatten(0, 1)
+        return tensor
+
+    def _stacked_inputs(self, inputs: Mapping[str, Any]) -> Dict[str, Any]:
+        return {key: self._to_stack(value) if isinstance(value, torch.Tensor) else value
+                for key, value in inputs.items()}
+
+    def compute(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """Every member's ``compute`` on its rows, in one batched run; rows in, rows out."""
+        output, extras = self.batched.compute(self._stacked_inputs(inputs), role)
+        return self._from_stack(output), {key: self._from_stack(value) for key, value in extras.items()}
+
+    def act(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict]:
+        """Every member's ``act`` (its policy mixin on its ``compute``) on its rows, in one batched run."""
+        actions, log_prob, outputs = self.batched.act(self._stacked_inputs(inputs), role)
+        return (self._from_stack(actions), self._from_stack(log_prob),
+                {key: self._from_stack(value) for key, value in outputs.items()})
+
+    def forward(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict]:
+        """Same as :meth:`act`."""
+        return self.act(inputs, role)
+
+    def train(self, mode: bool = True) -> "StackedModels":
+        """Set training mode on the batched copy and on every member."""
+        super().train(mode)
+        for member in self.members:
+            member.train(mode)
+        return self

@@ -1,0 +1,194 @@
+"""Separate per-agent models of one class and shape, run as one stacked computation."""
+
+import copy
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from helpers import Policy, Value, build_mappo
+from mpe2 import simple_spread_v3
+
+from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.models import CategoricalMixin, GaussianMixin, Model, mlp
+from marlparts.models.stacked import StackedModels
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+
+
+def spread(num_envs=2, seed=0):
+    return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=num_envs, seed=seed)
+
+
+class GaussianPolicy(GaussianMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(8,))
+        self.log_std = torch.nn.Parameter(torch.randn(self.num_actions))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class ReshapingPolicy(Policy):
+    """A compute that flattens its batch itself: it cannot be stacked."""
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"].reshape(-1, self.num_observations)), {}
+
+
+def box(n):
+    return gymnasium.spaces.Box(-1.0, 1.0, (n,), np.float32)
+
+
+@pytest.mark.parametrize("kind", ["categorical", "gaussian", "value"])
+def test_a_stack_gives_each_member_its_own_outputs(kind):
+    torch.manual_seed(0)
+    if kind == "categorical":
+        members = [Policy(observation_space=box(5), action_space=gymnasium.spaces.Discrete(4)) for _ in range(3)]
+        taken = torch.randint(0, 4, (12, 1))
+    elif kind == "gaussian":
+        members = [GaussianPolicy(observation_space=box(5), action_space=box(2)) for _ in range(3)]
+        taken = torch.randn(12, 2)
+    else:
+        members = [Value(observation_space=box(5), output_size=2) for _ in range(3)]
+        taken = None
+    stack = StackedModels.build(members, check_inputs=5)
+    assert stack is not None
+    rows = torch.randn(12, 5)  # 4 env copies x 3 agents, batch-major: row 4 belongs to member 1
+    inputs = {"observations": rows} if taken is None else {"observations": rows, "taken_actions": taken}
+    _, log_prob, outputs = stack.act(inputs)
+    for k, member in enumerate(members):
+        own = {"observations": rows[k::3]} if taken is None else {"observations": rows[k::3], "taken_actions": taken[k::3]}
+        _, own_log_prob, own_outputs = member.act(own)
+        assert torch.allclose(outputs["mean_actions"][k::3], own_outputs["mean_actions"], atol=1e-6)
+        if taken is not None:
+            assert torch.allclose(log_prob[k::3], own_log_prob, atol=1e-6)
+            assert torch.allclose(outputs["entropy"][k::3], own_outputs["entropy"], atol=1e-6)
+
+
+def test_bound_members_read_and_load_their_slice_of_the_stack():
+    torch.manual_seed(0)
+    members = [GaussianPolicy(observation_space=box(5), action_space=box(2)) for _ in range(3)]
+    before = [copy.deepcopy(member.state_dict()) for member in members]
+    stack = StackedModels.build(members, check_inputs=5)
+    stack.bind_members()
+    for member, state in zip(members, before):  # binding keeps every member's values
+        assert all(torch.equal(member.state_dict()[key], value) for key, value in state.items())
+    with torch.no_grad():
+        for parameter in stack.parameters():
+            parameter.add_(1.0)  # what an optimizer step on the stack does
+    assert torch.equal(members[1].log_std, before[1]["log_std"] + 1.0)
+    assert torch.equal(members[2].net[0].weight, before[2]["net.0.weight"] + 1.0)
+    members[0].load_state_dict(before[0])  # loading a member writes into the stack
+    rows = torch.randn(6, 5)
+    _, _, outputs = stack.act({"observations": rows, "taken_actions": torch.zeros(6, 2)})
+    fresh = GaussianPolicy(observation_space=box(5), action_space=box(2))
+    fresh.load_state_dict(before[0])
+    assert torch.allclose(outputs["mean_actions"][0::3], fresh.compute({"observations": rows[0::3]})[0], atol=1e-6)
+
+
+def test_models_whose_compute_cannot_be_stacked_run_one_by_one(tmp_path):
+    torch.manual_seed(0)
+    members = [ReshapingPolicy(observation_space=box(5), action_space=gymnasium.spaces.Discrete(4)) for _ in range(3)]
+    assert StackedModels.build(members, check_inputs=5) is None
+    env = spread()
+    obs_space, act_space = env.observation_space("agent_0"), env.action_space("agent_0")
+    models = {uid: {"policy": ReshapingPolicy(observation_space=obs_space, action_space=act_space),
+                    "value": Value(observation_space=env.state_space, output_size=3)} for uid in env.possible_agents}
+    agent = build_mappo(env, share=False, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    rebuilt = type(agent)(possible_agents=env.possible_agents, models=models,
+                          memories={uid: RandomMemory(memory_size=4, num_envs=2) for uid in env.possible_agents},
+                          observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                          state_spaces=env.state_spaces, cfg=agent.cfg)
+    # the critics could stack, but a merged group needs every role stacked: the agents stay in groups of one
+    assert [group.uids for group in rebuilt.groups] == [["agent_0"], ["agent_1"], ["agent_2"]]
+    SequentialTrainer(env=env, agents=rebuilt, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+
+
+def test_agents_with_different_settings_are_not_stacked(tmp_path):
+    env = spread()
+    agent = build_mappo(env, share=False, directory=str(tmp_path),
+                        cfg={"learning_rate": {"agent_0": 1e-3, "agent_1": 1e-3, "agent_2": 5e-4}})
+    assert [group.uids for group in agent.groups] == [["agent_0", "agent_1"], ["agent_2"]]
+    assert [record.learning_rate() for record in agent.trained] == [1e-3, 1e-3, 5e-4, 5e-4]
+
+
+def greedy_sampling(monkeypatch):
+    """Categorical policies take their most likely action, so two runs that sample differently act alike."""
+    monkeypatch.setattr(CategoricalMixin, "_sample", staticmethod(lambda probs: probs.argmax(-1, keepdim=True)))
+
+
+def assert_same_state(first, second, atol=1e-5):
+    a, b = first.state_dict()["modules"], second.state_dict()["modules"]
+    assert sorted(a) == sorted(b)
+
+    def compare(x, y, where):
+        if isinstance(x, torch.Tensor):
+            assert torch.allclose(x.double(), y.double(), atol=atol, rtol=1e-4), where
+        elif isinstance(x, dict):
+            assert sorted(x, key=str) == sorted(y, key=str), where
+            for key in x:
+                compare(x[key], y[key], f"{where}/{key}")
+        elif isinstance(x, (list, tuple)):
+            assert len(x) == len(y), where
+            for i, (u, v) in enumerate(zip(x, y)):
+                compare(u, v, f"{where}/{i}")
+        else:
+            assert x == y, where
+
+    for name in a:
+        compare(a[name], b[name], name)
+
+
+@pytest.mark.parametrize("algorithm, critic_mode", [("mappo", "outputs"), ("mappo", "one_hot"), ("ippo", None)])
+def test_stacked_training_is_the_training_of_separate_models(tmp_path, monkeypatch, algorithm, critic_mode):
+    """Same start, same data: the stacked run ends with the separate run's parameters, optimizer states,
+    preprocessor statistics and value normalisers (per-agent advantages, per-agent gradient clipping)."""
+    greedy_sampling(monkeypatch)
+    from marlparts.resources import RunningStandardScaler
+
+    cfg = {"learning_epochs": 2, "mini_batches": 2, "grad_norm_clip": 0.05,
+           "observation_preprocessor": RunningStandardScaler, "state_preprocessor": RunningStandardScaler,
+           "experiment": {"tensorboard": False, "csv": False}}
+    if critic_mode == "one_hot":
+        cfg["agent_specific_values"] = "one_hot"
+    runs = {}
+    for stack_models in (True, False):
+        set_seed(0)
+        env = spread()
+        agent = build_mappo(env, share=False, directory=str(tmp_path / str(stack_models)), algorithm=algorithm,
+                            cfg=dict(cfg, stack_models=stack_models))
+        runs[stack_models] = (agent, env)
+    stacked, separate = runs[True][0], runs[False][0]
+    assert len(stacked.groups) == 1 and stacked.groups[0].stacked_roles == {"policy", "value"}
+    assert len(separate.groups) == 3
+    separate.load_state_dict(stacked.state_dict())  # one checkpoint format: the separate run starts where the stack does
+    for agent, env in runs.values():
+        set_seed(1)  # the same minibatch permutations
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 12, "disable_progressbar": True}).train()
+    assert stacked.timestep == 12
+    assert_same_state(stacked, separate)
+    # and back: the separate run's checkpoint loads into the stack, which then acts as the separate models
+    stacked.load_state_dict(separate.state_dict())
+    obs, infos = runs[True][1].reset()
+    stacked.set_mode("eval")
+    separate.set_mode("eval")
+    state = runs[True][1].state()
+    a, b = stacked.act(obs, state, infos, 0, 0), separate.act(obs, state, infos, 0, 0)
+    assert all(torch.equal(a[uid], b[uid]) for uid in a)
+
+
+def test_a_failed_load_leaves_the_stack_as_it_was(tmp_path):
+    env = spread()
+    agent = build_mappo(env, share=False, directory=str(tmp_path))
+    before = copy.deepcopy(agent.state_dict()["modules"])
+    state = agent.state_dict()
+    state["modules"]["policy[agent_1]"] = dict(state["modules"]["policy[agent_1]"])
+    state["modules"]["policy[agent_1]"]["net.0.weight"] = torch.zeros(3, 3)
+    with pytest.raises(ValueError, match=r"policy\[agent_1\].*net.0.weight"):
+        agent.load_state_dict(state)
+    after = agent.state_dict()["modules"]
+    assert all(torch.equal(after["policy[agent_0]"][k], v) for k, v in before["policy[agent_0]"].items())
+    assert all(torch.equal(after["policy[agent_1]"][k], v) for k, v in before["policy[agent_1]"].items())
