@@ -16,7 +16,11 @@ Figures (env steps per second; one env step = one joint step of one env copy):
    work per step (PyTorch's flop counter) and the rate a hidden layer's product alone reaches,
    to tell arithmetic from overhead. ``--scaling-copies`` and ``--scaling-threads`` repeat it
    for several numbers of copies and PyTorch threads;
-5. MAPPO training on VMAS balance with the example's settings, against env-only stepping of the
+5. MAPPO with each agent's own policy and critic (stacked into one batched computation) against
+   shared models, 64 copies; and the work of a one-copy library (1 copy, per-agent models, rollouts
+   of 125, 10 epochs x 4 minibatches) stacked against one model at a time (``cfg["stack_models"]``
+   off); each beside env-only stepping of the same copies;
+6. MAPPO training on VMAS balance with the example's settings, against env-only stepping of the
    same copies (random actions), at 512 and 4096 copies (``--vmas-copies``).
 
 This machine's speed drifts by tens of percent from minute to minute, so two rates are never
@@ -33,7 +37,7 @@ import pathlib
 import platform
 import sys
 import time
-from typing import Callable, Dict, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -75,15 +79,17 @@ def env_stepper(env) -> Callable[[int], None]:
     return step
 
 
-def training_stepper(name: str, env, directory: str, *, count_work: bool = False
+def training_stepper(name: str, env, directory: str, *, count_work: bool = False, **agent_options: Any
                      ) -> Tuple[Callable[[int], None], Dict[str, float], MultiAgent]:
     """A function that trains the agent ``name`` (the example's configuration) on ``env`` for ``n`` vectorized steps, a dict
     whose ``"update"`` sums the seconds spent inside ``agent.update``, and the agent. One warm-up
     update runs first; with ``count_work`` a second one is run under PyTorch's flop counter and
-    the dict's ``"flop_per_step"`` holds its matrix-product work per vectorized step."""
+    the dict's ``"flop_per_step"`` holds its matrix-product work per vectorized step. ``agent_options`` go to
+    ``make_spread_agent`` (``separate_models``, config overrides)."""
     set_seed(0)
     agent = make_spread_agent(name, env, directory, experiment={"tensorboard": False, "csv": False,
-                                                                "checkpoint_interval": 0, "directory": directory})
+                                                                "checkpoint_interval": 0, "directory": directory},
+                              **agent_options)
 
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
 
@@ -129,16 +135,23 @@ def matmul_rate(rows: int, repeats: int = 50) -> float:
 def interleaved(first: Callable[[int], None], second: Callable[[int], None], chunk: int, rounds: int) -> Tuple[float, float]:
     """Seconds per call-step of ``first`` and ``second``, timed in alternating chunks of ``chunk``
     steps (A B B A A B ...), after one untimed chunk of each."""
-    first(chunk)
-    second(chunk)
-    totals = [0.0, 0.0]
+    first_seconds, second_seconds = interleaved_many([first, second], chunk, rounds)
+    return first_seconds, second_seconds
+
+
+def interleaved_many(functions: List[Callable[[int], None]], chunk: int, rounds: int) -> List[float]:
+    """Seconds per call-step of each of ``functions``, timed in chunks of ``chunk`` steps whose order
+    reverses every round (A B C C B A ...), after one untimed chunk of each."""
+    for function in functions:
+        function(chunk)
+    totals = [0.0] * len(functions)
     for round_index in range(rounds):
-        order = ((0, first), (1, second)) if round_index % 2 == 0 else ((1, second), (0, first))
-        for slot, function in order:
+        order = list(enumerate(functions))
+        for slot, function in order if round_index % 2 == 0 else reversed(order):
             start = time.perf_counter()
             function(chunk)
             totals[slot] += time.perf_counter() - start
-    return totals[0] / (chunk * rounds), totals[1] / (chunk * rounds)
+    return [total / (chunk * rounds) for total in totals]
 
 
 def mpe_figures(args, report) -> None:
@@ -178,6 +191,42 @@ def mpe_figures(args, report) -> None:
     report("maddpg_training_steps_per_s", num_envs / train_seconds, "MADDPG training, one process:    {:8.0f} env steps/s")
     report("maddpg_env_only_steps_per_s", num_envs / env_seconds, "  env-only beside it (continuous): {:7.0f} env steps/s")
     report("maddpg_over_env_only", env_seconds / train_seconds, "  ratio to env-only:              {:8.1%} (bar >= 50%)")
+
+
+def separate_models_figures(args, report) -> None:
+    """MAPPO with each agent's own policy and critic against the same config with shared models (the
+    example's: 64 copies), and the same work as a one-copy library (one copy, per-agent models, rollouts of
+    125 steps, 10 epochs x 4 minibatches) run with stacked models and one model at a time; each set timed in
+    alternating chunks beside env-only stepping of the same copies."""
+    num_envs = args.num_envs or COPIES["mappo"]
+    env_only = env_stepper(make_spread_env(num_envs, device=args.device))
+    shared, _, _ = training_stepper("mappo", make_spread_env(num_envs, device=args.device), args.directory)
+    separate, _, _ = training_stepper("mappo", make_spread_env(num_envs, device=args.device), args.directory,
+                                      separate_models=True)
+    shared_s, separate_s, env_s = interleaved_many([shared, separate, env_only], args.chunk, args.rounds)
+    report("separate_models_num_envs", num_envs, "MAPPO with each agent's own models, {} copies")
+    report("separate_models_steps_per_s", num_envs / separate_s, "  own models (stacked):           {:8.0f} env steps/s")
+    report("shared_models_steps_per_s", num_envs / shared_s, "  shared models:                  {:8.0f} env steps/s")
+    report("separate_models_env_only_steps_per_s", num_envs / env_s, "  env-only beside them:           {:8.0f} env steps/s")
+    report("separate_over_shared", shared_s / separate_s, "  own over shared:                {:8.1%} (bar >= 85%)")
+    report("separate_over_env_only", env_s / separate_s, "  own over env-only:              {:8.1%}")
+    report("shared_over_env_only", env_s / shared_s, "  shared over env-only:           {:8.1%}")
+
+    same_work = {"separate_models": True, "rollouts": 125, "learning_epochs": 10, "mini_batches": 4}
+    env_only = env_stepper(make_spread_env(1, device=args.device))
+    stacked, _, _ = training_stepper("mappo", make_spread_env(1, device=args.device), args.directory, **same_work)
+    one_by_one, _, _ = training_stepper("mappo", make_spread_env(1, device=args.device), args.directory,
+                                        stack_models=False, **same_work)
+    chunk = 125 * max(1, args.chunk // 100)
+    stacked_s, one_by_one_s, env_s = interleaved_many([stacked, one_by_one, env_only], chunk, args.rounds)
+    report("same_work_stacked_steps_per_s", 1 / stacked_s,
+           "same work as a one-copy library (1 copy, own models, 125 x 10 x 4): stacked {:6.0f} env steps/s")
+    report("same_work_one_by_one_steps_per_s", 1 / one_by_one_s, "  one model at a time:            {:8.0f} env steps/s")
+    report("same_work_env_only_steps_per_s", 1 / env_s, "  env-only (1 copy) beside them:  {:8.0f} env steps/s")
+    report("same_work_stacked_over_one_by_one", one_by_one_s / stacked_s,
+           "  stacked over one at a time:     {:8.2f}x (bar >= 3x)")
+    report("same_work_stacked_over_env_only", env_s / stacked_s, "  stacked over env-only:          {:8.1%}")
+    report("same_work_one_by_one_over_env_only", env_s / one_by_one_s, "  one at a time over env-only:    {:8.1%}")
 
 
 def load_example(relative_path: str):
@@ -291,6 +340,8 @@ def main() -> None:
                         help="PyTorch thread counts of the synthetic scaling runs (default: --threads)")
     parser.add_argument("--skip-mpe", action="store_true", help="leave out the MPE figures")
     parser.add_argument("--skip-scaling", action="store_true", help="leave out the synthetic scaling figures")
+    parser.add_argument("--skip-separate", action="store_true",
+                        help="leave out the figures of per-agent (separate) models")
     parser.add_argument("--vmas-copies", type=int, nargs="*", default=[512, 4096],
                         help="copies of the VMAS balance runs (none: leave them out; needs vmas)")
     parser.add_argument("--quick", action="store_true", help="short timings, to check the script runs")
@@ -309,6 +360,8 @@ def main() -> None:
 
     if not args.skip_mpe:
         mpe_figures(args, report)
+    if not args.skip_separate:
+        separate_models_figures(args, report)
     if args.vmas_copies:
         vmas_reset_figures(args, report)
         vmas_figures(args, report)

@@ -68,8 +68,11 @@ def make_spread_env(num_envs, *, seed=0, agents=3, continuous=False, device="cpu
                     num_envs=num_envs, seed=seed, device=device, state_source="observations", workers=workers)
 
 
-def make_spread_agent(name, env, directory, **overrides):
-    """``name`` in mappo, ippo, maddpg, matd3: one policy (and critic) shared by every agent."""
+def make_spread_agent(name, env, directory, separate_models=False, **overrides):
+    """``name`` in mappo, ippo, maddpg, matd3: one policy (and critic) shared by every agent, or for mappo
+    and ippo with ``separate_models``, each agent's own policy and critic (MAPPO's critics then output one
+    value each: ``agent_specific_values="none"``).
+    """
     uid = env.possible_agents[0]
     memories = {}
     if name in ("mappo", "ippo"):
@@ -81,6 +84,13 @@ def make_spread_agent(name, env, directory, **overrides):
             value = MLP(observation_space=env.observation_space(uid))
             cfg = IPPO_DEFAULT_CONFIG.copy()
         models = {u: {"policy": policy, "value": value} for u in env.possible_agents}
+        if separate_models:
+            models = {u: {"policy": CategoricalPolicy(observation_space=env.observation_space(u),
+                                                      action_space=env.action_space(u)),
+                          "value": MLP(observation_space=env.state_space if name == "mappo" else env.observation_space(u))}
+                      for u in env.possible_agents}
+            if name == "mappo":
+                cfg["agent_specific_values"] = "none"
         cfg.update(rollouts=25, learning_epochs=10, mini_batches=4, learning_rate=7e-4,
                    observation_preprocessor=RunningStandardScaler, state_preprocessor=RunningStandardScaler)
         memory_size = 25
@@ -98,6 +108,7 @@ def make_spread_agent(name, env, directory, **overrides):
         memory_size = 500_000 // env.num_envs
     cfg["experiment"]["directory"] = directory
     cfg.update(overrides)
+    memory_size = cfg["rollouts"] if name in ("mappo", "ippo") else memory_size
     memories = {u: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for u in env.possible_agents}
     algorithm = {"mappo": MAPPO, "ippo": IPPO, "maddpg": MADDPG, "matd3": MATD3}[name]
     kwargs = dict(possible_agents=env.possible_agents, models=models, memories=memories,
