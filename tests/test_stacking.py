@@ -192,3 +192,26 @@ def test_a_failed_load_leaves_the_stack_as_it_was(tmp_path):
     after = agent.state_dict()["modules"]
     assert all(torch.equal(after["policy[agent_0]"][k], v) for k, v in before["policy[agent_0]"].items())
     assert all(torch.equal(after["policy[agent_1]"][k], v) for k, v in before["policy[agent_1]"].items())
+
+
+def test_models_of_different_shapes_stack_by_shape(tmp_path):
+    from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG
+
+    sizes = {"scout_0": 4, "scout_1": 4, "tank_0": 6, "tank_1": 6, "tank_2": 6}
+    spaces = {uid: box(size) for uid, size in sizes.items()}
+    actions = {uid: gymnasium.spaces.Discrete(3) for uid in sizes}
+    models = {uid: {"policy": Policy(observation_space=spaces[uid], action_space=actions[uid]),
+                    "value": Value(observation_space=spaces[uid])} for uid in sizes}
+    cfg = IPPO_DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=4)
+    cfg["experiment"].update(directory=str(tmp_path), tensorboard=False)
+    agent = IPPO(possible_agents=list(sizes), models=models,
+                 memories={uid: RandomMemory(memory_size=4, num_envs=2) for uid in sizes},
+                 observation_spaces=spaces, action_spaces=actions, cfg=cfg)
+    assert [group.uids for group in agent.groups] == [["scout_0", "scout_1"], ["tank_0", "tank_1", "tank_2"]]
+    observations = {uid: torch.randn(2, size) for uid, size in sizes.items()}
+    agent.set_mode("eval")
+    chosen = agent.act(observations, None, {}, 0, 0)
+    for uid in sizes:  # each agent's greedy action is its own model's
+        own = models[uid]["policy"].act({"observations": observations[uid]})[2]["mean_actions"]
+        assert torch.equal(chosen[uid], own)
