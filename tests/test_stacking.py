@@ -215,3 +215,176 @@ def test_models_of_different_shapes_stack_by_shape(tmp_path):
     for uid in sizes:  # each agent's greedy action is its own model's
         own = models[uid]["policy"].act({"observations": observations[uid]})[2]["mean_actions"]
         assert torch.equal(chosen[uid], own)
+
+
+# ----------------------------------------------------------------------------- synthetic runs, no env
+UIDS = ["a0", "a1", "a2"]
+
+
+def synthetic_pair(make_models, tmp_path, cfg=None, rollouts=4):
+    """A stacked and a separate MAPPO from identical copies of ``make_models()`` (4-feature observations,
+    3 actions, a 6-feature state, 2 env copies)."""
+    from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
+    from marlparts.utils.config import merge_config
+
+    set_seed(0)
+    models = make_models()
+    agents = []
+    for stack_models, copied in ((True, models), (False, copy.deepcopy(models))):
+        base = MAPPO_DEFAULT_CONFIG.copy()
+        base["rollouts"] = rollouts
+        base["experiment"].update(directory=str(tmp_path), checkpoint_interval=0, tensorboard=False, csv=False)
+        agents.append(MAPPO(possible_agents=UIDS, models=copied, cfg=merge_config(base, dict(cfg or {}, stack_models=stack_models)),
+                            memories={u: RandomMemory(memory_size=rollouts, num_envs=2) for u in UIDS},
+                            observation_spaces={u: box(4) for u in UIDS},
+                            action_spaces={u: gymnasium.spaces.Discrete(3) for u in UIDS},
+                            state_spaces={u: box(6) for u in UIDS}))
+    return agents
+
+
+def drive(agent, steps, active=None):
+    """``steps`` synthetic transitions, the same for every agent driven with the same arguments."""
+    generator = torch.Generator().manual_seed(123)
+    agent.init({"timesteps": steps})
+    agent.set_mode("train")
+
+    def draw():
+        return {u: torch.randn(2, 4, generator=generator) for u in UIDS}, torch.randn(2, 6, generator=generator)
+
+    observations, states = draw()
+    infos = {} if active is None else {"active": active(0)}
+    for t in range(steps):
+        actions = agent.act(observations, states, infos, t, steps)
+        next_observations, next_states = draw()
+        next_infos = {} if active is None else {"active": active(t + 1)}
+        agent.record_transition(observations=observations, states=states, actions=actions,
+                                rewards={u: torch.randn(2, 1, generator=generator) for u in UIDS},
+                                next_observations=next_observations, next_states=next_states,
+                                terminated={u: torch.rand(2, 1, generator=generator) < 0.1 for u in UIDS},
+                                truncated={u: torch.zeros(2, 1, dtype=torch.bool) for u in UIDS},
+                                infos=next_infos, timestep=t, timesteps=steps)
+        agent.post_interaction(t, steps)
+        observations, states, infos = next_observations, next_states, next_infos
+
+
+def own_models():
+    return {u: {"policy": Policy(observation_space=box(4), action_space=gymnasium.spaces.Discrete(3)),
+                "value": Value(observation_space=box(6), output_size=3)} for u in UIDS}
+
+
+def test_agents_active_on_different_steps_weigh_as_in_separate_groups(tmp_path, monkeypatch):
+    """a1 leaves one copy after 2 steps, a2 both after 1: each agent's losses are its own mean, as if alone."""
+    greedy_sampling(monkeypatch)
+
+    def active(t):
+        return {"a0": torch.ones(2, 1, dtype=torch.bool), "a1": torch.tensor([[True], [t < 2]]),
+                "a2": torch.full((2, 1), t < 1)}
+
+    stacked, separate = synthetic_pair(own_models, tmp_path, {"learning_epochs": 2, "mini_batches": 2})
+    for agent in (stacked, separate):
+        set_seed(1)
+        drive(agent, 8, active)
+    assert_same_state(stacked, separate)
+
+
+def test_a_shared_policy_with_own_critics_normalises_each_agents_advantages(tmp_path, monkeypatch):
+    greedy_sampling(monkeypatch)
+
+    def shared_policy():
+        policy = Policy(observation_space=box(4), action_space=gymnasium.spaces.Discrete(3))
+        return {u: {"policy": policy, "value": Value(observation_space=box(6), output_size=3)} for u in UIDS}
+
+    stacked, separate = synthetic_pair(shared_policy, tmp_path, {"learning_epochs": 1, "mini_batches": 1}, rollouts=8)
+    assert [(g.uids, set(g.stacked_roles)) for g in stacked.groups] == [(UIDS, {"value"})]
+    for agent in (stacked, separate):
+        set_seed(1)
+        drive(agent, 8)
+    advantages = stacked.groups[0].memory.get_tensor_by_name("advantages")
+    assert torch.allclose(advantages.mean(dim=(0, 1)), torch.zeros(3, 1), atol=1e-5)
+    assert_same_state(stacked, separate)
+
+
+def test_loading_a_checkpoint_taken_before_the_first_update_clears_the_optimizer(tmp_path, monkeypatch):
+    greedy_sampling(monkeypatch)
+    stacked, separate = synthetic_pair(own_models, tmp_path, {"learning_epochs": 1, "mini_batches": 1})
+    fresh = stacked.state_dict()
+    for agent in (stacked, separate):
+        set_seed(1)
+        drive(agent, 4)  # one update: the optimizers have a state
+        agent.load_state_dict(fresh)
+    assert all(not record.optimizer.state for record in stacked.trained)
+    for agent in (stacked, separate):
+        set_seed(2)
+        drive(agent, 4)
+    assert_same_state(stacked, separate)
+
+
+def test_an_agent_inactive_for_a_whole_rollout_keeps_finite_parameters(tmp_path, monkeypatch):
+    greedy_sampling(monkeypatch)
+
+    def active(t):
+        return {"a0": torch.ones(2, 1, dtype=torch.bool), "a1": torch.ones(2, 1, dtype=torch.bool),
+                "a2": torch.zeros(2, 1, dtype=torch.bool)}
+
+    for agent in synthetic_pair(own_models, tmp_path):
+        drive(agent, 4, active)
+        assert all(torch.isfinite(tensor).all() for model in agent.distinct_models() for tensor in model.parameters())
+
+
+class TrunkAndHead(CategoricalMixin, Model):
+    def __init__(self, trunk=None, **kwargs):
+        super().__init__(**kwargs)
+        self.trunk = trunk if trunk is not None else torch.nn.Linear(self.num_observations, 8)
+        self.head = torch.nn.Linear(8, self.num_actions)
+
+    def compute(self, inputs, role=""):
+        return self.head(torch.tanh(self.trunk(inputs["observations"]))), {}
+
+
+class ScaledPolicy(Policy):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+
+    def compute(self, inputs, role=""):
+        return self.scale * self.net(inputs["observations"]), {}
+
+
+def test_models_that_cannot_act_as_one_are_not_stacked():
+    torch.manual_seed(0)
+    discrete = gymnasium.spaces.Discrete(3)
+    trunk = torch.nn.Linear(4, 8)
+    shared_trunk = [TrunkAndHead(trunk=trunk, observation_space=box(4), action_space=discrete) for _ in range(3)]
+    assert StackedModels.build(shared_trunk, check_inputs=4) is None  # one trunk cannot become three
+    scalar = [ScaledPolicy(observation_space=box(4), action_space=discrete) for _ in range(3)]
+    assert StackedModels.build(scalar, check_inputs=4) is None  # a 0-dim parameter
+    bounds = [GaussianPolicy(observation_space=box(4), action_space=gymnasium.spaces.Box(-b, b, (2,), np.float32))
+              for b in (1.0, 5.0)]
+    assert StackedModels.build(bounds, check_inputs=4) is None  # each clips into its own action space
+    frozen = [Policy(observation_space=box(4), action_space=discrete) for _ in range(2)]
+    frozen[1].net[0].weight.requires_grad_(False)
+    assert StackedModels.build(frozen, check_inputs=4) is None  # a frozen layer stays frozen
+
+
+class DropoutPolicy(Policy):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dropout = torch.nn.Dropout(0.5)
+        self.register_buffer("offset", torch.zeros(self.num_actions), persistent=False)
+
+    def compute(self, inputs, role=""):
+        return self.dropout(self.net(inputs["observations"])) + self.offset, {}
+
+
+def test_a_stack_follows_the_training_mode_and_keeps_non_persistent_buffers_out_of_checkpoints(tmp_path):
+    models = {u: {"policy": DropoutPolicy(observation_space=box(4), action_space=gymnasium.spaces.Discrete(3)),
+                  "value": Value(observation_space=box(6), output_size=3)} for u in UIDS}
+    for u in UIDS:
+        models[u]["policy"].eval()
+    stacked, _ = synthetic_pair(lambda: models, tmp_path)
+    stack = stacked.groups[0].models["policy"]
+    stacked.set_mode("train")
+    assert stack.batched.training and stack.batched.dropout.training
+    stacked.set_mode("eval")
+    assert not stack.batched.dropout.training
+    assert "offset" not in stacked.state_dict()["modules"]["policy[a0]"]

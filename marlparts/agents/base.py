@@ -415,6 +415,9 @@ class MultiAgent(CheckpointMixin):
         self.training = mode == "train"
         for model in self.distinct_models():
             model.train(self.training)
+        for group in self.groups:  # stacked models run a batched copy of their members
+            for role in group.stacked_roles:
+                group.models[role].train(self.training)
 
     def close(self) -> None:
         """Flush and close the tracker."""

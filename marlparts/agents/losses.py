@@ -3,10 +3,17 @@
 import torch
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -> torch.Tensor:
     """Mean of ``values`` over the entries where ``mask`` is true (0 if there are none).
 
-    Used to leave out the steps where an agent was inactive (it had left the episode).
+    Used to leave out the steps where an agent was inactive (it had left the episode). With
+    ``members``, the rows are ``(batch * members)`` in batch-major order and the result is the mean
+    over members of each member's own masked mean: agents with models of their own weigh the same
+    whatever their number of active steps, as they would each in a group of their own.
     """
     mask = mask.to(values.dtype)
+    if members:
+        values, mask = values.unflatten(0, (-1, members)), mask.unflatten(0, (-1, members))
+        per_member = (values * mask).flatten(2).sum((0, 2)) / mask.flatten(2).sum((0, 2)).clamp(min=1.0)
+        return per_member.mean()
     return (values * mask).sum() / mask.sum().clamp(min=1.0)

@@ -357,11 +357,10 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                     last_values=self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True),
                     discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
                 active = memory.get_tensor_by_name("active")
-                if "policy" in group.stacked_roles:  # each agent's own policy: its own advantages' statistics
-                    mean, std = masked_mean_std(advantages, active, dims=(0, 1))
-                else:
-                    mean = advantages[active].mean()
-                    std = advantages[active].std() if active.sum() > 1 else torch.ones(())
+                # agents with models of their own (a merged group) each have their advantages' own statistics;
+                # an agent with no active step keeps mean 0 and std 1 (nothing of it enters a loss)
+                dims = (0, 1) if group.stacked_roles else (0, 1, 2)
+                mean, std = masked_mean_std(advantages, active, dims=dims)
                 memory.set_tensor_by_name("advantages", (advantages - mean) / (std + 1e-8))
                 memory.set_tensor_by_name("returns", returns)
                 normaliser = self.value_normaliser(group)
@@ -420,7 +419,7 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                           advantages=batch["advantages"].flatten(0, 1), entropy=outputs["entropy"],
                           predicted=predicted.flatten(0, 1), targets=batch["value_targets"].flatten(0, 1),
                           old_values=batch["old_values"].flatten(0, 1), active=batch["active"].flatten(0, 1),
-                          cfg=group.cfg)
+                          cfg=group.cfg, members=group.size if group.stacked_roles else 0)
 
     def update(self, timestep: int, timesteps: int) -> None:
         """PPO update (Schulman et al., 2017) on the rollout just collected.

@@ -72,6 +72,8 @@ class StackedScaler(nn.Module):
 class StackedOptimizerSlice:
     """One member's part of the optimizer of a stack, in the form the member's own optimizer would have:
     its ``state_dict`` holds the member's slice of every state tensor, and loading one writes that slice.
+    The step count is one for the whole stack (every member steps together); loading a member's state
+    without any entry (an optimizer that has not stepped yet) clears the stack's state.
 
     Args:
         optimizer: the optimizer of the stacked parameters.
@@ -91,7 +93,7 @@ class StackedOptimizerSlice:
         state = {}
         for position, values in full["state"].items():
             state[position] = {key: value[self.index].reshape(self.shapes[position]).clone()
-                               if isinstance(value, torch.Tensor) and value.dim() > 0 else copy.deepcopy(value)
+                               if isinstance(value, torch.Tensor) and key != "step" else copy.deepcopy(value)
                                for key, value in values.items()}
         return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
 
@@ -104,11 +106,15 @@ class StackedOptimizerSlice:
         if sum(theirs) != len(parameters) or len(theirs) != len(self.optimizer.param_groups):
             raise ValueError(f"the optimizer state holds parameter groups of {theirs} tensors, this stacked optimizer "
                              f"{[len(group['params']) for group in self.optimizer.param_groups]}")
-        for position, values in state_dict.get("state", {}).items():
-            parameter = parameters[int(position)]
+        loaded = {int(position): values for position, values in state_dict.get("state", {}).items()}
+        for position, parameter in enumerate(parameters):
+            if not loaded.get(position):  # a member's optimizer that has not stepped: nor has the stack's
+                self.optimizer.state.pop(parameter, None)
+        for position, values in loaded.items():
+            parameter = parameters[position]
             own = self.optimizer.state[parameter]
             for key, value in values.items():
-                if isinstance(value, torch.Tensor) and value.dim() > 0:
+                if isinstance(value, torch.Tensor) and key != "step":
                     if key not in own:
                         own[key] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
                     own[key][self.index].copy_(value.reshape(own[key][self.index].shape))
@@ -119,8 +125,8 @@ class StackedOptimizerSlice:
                     own[key] = value.detach().clone().to(device=device, dtype=torch.float32)
                 else:
                     own[key] = value
-        for group, loaded in zip(self.optimizer.param_groups, state_dict["param_groups"]):
-            group.update({key: value for key, value in loaded.items() if key != "params"})
+        for group, their_group in zip(self.optimizer.param_groups, state_dict["param_groups"]):
+            group.update({key: value for key, value in their_group.items() if key != "params"})
 
 
 @dataclass(eq=False)

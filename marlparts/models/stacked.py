@@ -49,9 +49,21 @@ def _owner(module: nn.Module, dotted: str) -> Tuple[nn.Module, str]:
     return module, name
 
 
+def _settings(model: nn.Module) -> Dict[str, Any]:
+    """Every plain attribute of ``model`` and its submodules (spaces, limits, flags), by dotted name."""
+    settings = {}
+    for prefix, module in model.named_modules():
+        for key, value in vars(module).items():
+            if not key.startswith("_") and not isinstance(value, (torch.Tensor, nn.Module)) and key != "training":
+                settings[f"{prefix}.{key}"] = value
+    return settings
+
+
 def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
     """Why ``models`` cannot be stacked (None if they can): they must be distinct feed-forward models of
-    one class with the same parameter and buffer names and shapes, all on one device.
+    one class with the same parameter and buffer names, shapes and ``requires_grad`` flags, no tensor of
+    their own shared with another member and no 0-dim one, the same plain attributes (spaces, limits),
+    all on one device.
     """
     first = models[0]
     if len({id(model) for model in models}) != len(models):
@@ -60,10 +72,20 @@ def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
         return "their classes differ"
     if any(is_recurrent(model) for model in models):
         return "recurrent models are not stacked"
-    shapes = [{name: tuple(t.shape) for name, t in [*model.named_parameters(), *model.named_buffers()]}
+    shapes = [{name: (tuple(t.shape), t.requires_grad) for name, t in [*model.named_parameters(), *model.named_buffers()]}
               for model in models]
     if any(shape != shapes[0] for shape in shapes[1:]):
-        return "their parameter or buffer shapes differ"
+        return "their parameter or buffer shapes (or requires_grad flags) differ"
+    tensors = [t for model in models for t in [*model.parameters(), *model.buffers()]]
+    if len({t.data_ptr() for t in tensors if t.numel()}) != sum(1 for t in tensors if t.numel()):
+        return "they share a tensor (a common submodule)"
+    if any(t.dim() == 0 for t in tensors):
+        return "they hold a 0-dim parameter or buffer"
+    try:
+        if any(_settings(model) != _settings(first) for model in models[1:]):
+            return "their attributes (spaces, limits, ...) differ"
+    except Exception:  # attributes that cannot be compared
+        return "their attributes cannot be compared"
     devices = {t.device for model in models for t in [*model.parameters(), *model.buffers()]}
     if len(devices) > 1:
         return f"their tensors are on several devices {sorted(map(str, devices))}"
@@ -141,7 +163,8 @@ class StackedModels(nn.Module):
                 setattr(owner, local, parameter)
         for name, _ in first.named_buffers():
             owner, local = _owner(batched, name)
-            owner.register_buffer(local, torch.stack([member.get_buffer(name) for member in members]).unsqueeze(1))
+            owner.register_buffer(local, torch.stack([member.get_buffer(name) for member in members]).unsqueeze(1),
+                                  persistent=local not in owner._non_persistent_buffers_set)
         return batched, [(name, stacked[name]) for name, _ in first.named_parameters()]
 
     def _reproduces_members(self, num_inputs: int) -> bool:
@@ -150,7 +173,8 @@ class StackedModels(nn.Module):
         """
         device = self.member_parameters[0][1].device
         generator = torch.Generator(device="cpu").manual_seed(0)
-        inputs = torch.randn(3 * self.size, num_inputs, generator=generator).to(device)
+        batch = self.size + 2  # a batch size unlike the number of members: a broadcast over the wrong axis fails
+        inputs = torch.randn(batch * self.size, num_inputs, generator=generator).to(device)
         try:
             with torch.no_grad():
                 stacked, _ = self.compute({"observations": inputs})
@@ -175,7 +199,8 @@ class StackedModels(nn.Module):
         for name, stacked in self.batched.named_buffers():
             for k, member in enumerate(self.members):
                 owner, local = _owner(member, name)
-                owner.register_buffer(local, stacked[k].view(getattr(owner, local).shape))
+                owner.register_buffer(local, stacked[k].view(getattr(owner, local).shape),
+                                      persistent=local not in owner._non_persistent_buffers_set)
 
     # ----------------------------------------------------------------------------- running
     def _to_stack(self, tensor: torch.Tensor) -> torch.Tensor:
