@@ -234,7 +234,8 @@ def synthetic_pair(make_models, tmp_path, cfg=None, rollouts=4):
         base = MAPPO_DEFAULT_CONFIG.copy()
         base["rollouts"] = rollouts
         base["experiment"].update(directory=str(tmp_path), checkpoint_interval=0, tensorboard=False, csv=False)
-        agents.append(MAPPO(possible_agents=UIDS, models=copied, cfg=merge_config(base, dict(cfg or {}, stack_models=stack_models)),
+        merged = merge_config(base, dict(cfg or {}, stack_models=stack_models))
+        agents.append(MAPPO(possible_agents=UIDS, models=copied, cfg=merged,
                             memories={u: RandomMemory(memory_size=rollouts, num_envs=2) for u in UIDS},
                             observation_spaces={u: box(4) for u in UIDS},
                             action_spaces={u: gymnasium.spaces.Discrete(3) for u in UIDS},
