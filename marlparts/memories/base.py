@@ -108,7 +108,8 @@ class Memory:
 
     def sample_by_index(self, names: Sequence[str], indexes: torch.Tensor) -> List[torch.Tensor]:
         """The samples at flat ``indexes`` of each tensor in ``names``."""
-        return [self._get(name).flatten(0, 1)[indexes] for name in names]
+        # index_select: the same rows as advanced indexing, several times faster on the CPU for a 1-d index
+        return [torch.index_select(self._get(name).flatten(0, 1), 0, indexes) for name in names]
 
     def chunks_by_index(self, names: Sequence[str], indexes: torch.Tensor, length: int) -> List[torch.Tensor]:
         """Chunks of ``length`` consecutive steps: the steps are cut into ``memory_size / length`` chunks per
