@@ -1,17 +1,17 @@
 """Short learning runs on MPE simple_spread that a broken algorithm cannot pass.
 
-The task has two agents and two landmarks (the three-agent task needs far more steps before
-returns separate from trivial policies). Over 100 greedy evaluation episodes, standing still
-scores about -19.8 (mean over agents of the episode return) and random actions about -21.2.
-After the test's budget, with the examples' configurations on 64 copies, MAPPO reached -6.6 /
--11.3 / -6.2 and IPPO -8.3 / -14.3 / -7.0 on seeds 0 / 1 / 2 (MAPPO with 2 minibatches; with
-the 4 it now uses, -5.7 on seed 0, and IPPO -6.1; with the MAPPO example's present learning rate
-1.5e-3 and discount 0.95, -5.65 on seed 0); the threshold sits below them and above standing still. The tests marked ``long`` train broken variants on the same budget (advantage
-sign flipped; discount 0, so no value flows from the future) and assert that they stay below the
-same threshold: they reached MAPPO -51.9 / -21.8 and IPPO -48.7 / -28.9. A value normaliser
-updated before the epochs (a defect of an earlier version, which left most samples without a
-value gradient) still reached -6.1 here: this budget cannot tell it apart, so
-``test_ppo_units.py`` pins it instead.
+The task has two agents and two landmarks (the three-agent task needs far more steps before returns
+separate from trivial policies). Over 100 greedy evaluation episodes, standing still scores about
+-19.8 (mean over agents of the episode return) and random actions about -21.2. After the test's
+budget, with the examples' configurations on 64 copies, MAPPO reached -6.6 / -11.3 / -6.2 and IPPO
+-8.3 / -14.3 / -7.0 on seeds 0 / 1 / 2 (MAPPO with 2 minibatches; with the 4 it now uses, -5.7 on
+seed 0, and IPPO -6.1; with the MAPPO example's present learning rate 1.5e-3 and discount 0.95,
+-5.65 on seed 0); the threshold sits below them and above standing still. The tests marked ``long``
+train broken variants on the same budget (advantage sign flipped; discount 0, so no value flows from
+the future) and assert that they stay below the same threshold: they reached MAPPO -51.9 / -21.8 and
+IPPO -48.7 / -28.9. A value normaliser updated before the epochs (a defect of an earlier version,
+which left most samples without a value gradient) still reached -6.1 here: this budget cannot tell
+it apart, so ``test_ppo_units.py`` pins it instead.
 """
 
 import pytest

@@ -172,15 +172,21 @@ class MultiAgent(CheckpointMixin):
         return self._distinct[role]
 
     def owners(self, model: Model, role: str) -> List[str]:
-        """The agents that use ``model`` as ``role``, in ``possible_agents`` order."""
-        return [uid for uid in self.possible_agents if self.models[uid].get(role) is model]
+        """The agents that use ``model`` (or, for a :class:`StackedModels`, one of its members) as ``role``,
+        in ``possible_agents`` order.
+        """
+        members = model.members if isinstance(model, StackedModels) else [model]
+        return [uid for uid in self.possible_agents if any(self.models[uid].get(role) is member for member in members)]
 
     def model_name(self, model: Model) -> str:
-        """A stable name for ``model``: its role and the agents that use it, e.g. ``policy[agent_0+agent_1]``."""
+        """A stable name for ``model``: its role and the agents that use it, e.g. ``policy[agent_0+agent_1]``
+        (``policy[agent_0|agent_1]`` for a stack of the two agents' own models).
+        """
+        separator = "|" if isinstance(model, StackedModels) else "+"
         for role in self.ROLES:
             owners = self.owners(model, role)
             if owners:
-                return f"{role}[{'+'.join(owners)}]"
+                return f"{role}[{separator.join(owners)}]"
         raise KeyError("model is not used by this algorithm")
 
     def model_value(self, key: str, model: Model, role: str) -> Any:
@@ -193,21 +199,15 @@ class MultiAgent(CheckpointMixin):
         """
         if id(model) in self._records:
             return self._records[id(model)]
-        # a stack of per-agent models speaks for its members: their agents, names and (agreed) settings
-        members = model.members if isinstance(model, StackedModels) else [model]
-        owners = [uid for member in members for uid in self.owners(member, role)]
-        what = f"the agents that share {'|'.join(self.model_name(member) for member in members)}"
         fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters())
-        optimizer = torch.optim.Adam(model.parameters(), lr=agreed_value(self.cfg, learning_rate_key, owners, what),
-                                     fused=fused)
-        if isinstance(model, StackedModels):
-            record: TrainedModel = StackedTrainedModel(
-                name=f"{role}[{'|'.join(owners)}]", role=role, model=model, owners=owners, optimizer=optimizer,
-                member_names=[self.model_name(member) for member in members])
-        else:
-            record = TrainedModel(name=self.model_name(model), role=role, model=model, owners=owners, optimizer=optimizer)
+        optimizer = torch.optim.Adam(model.parameters(), lr=self.model_value(learning_rate_key, model, role), fused=fused)
+        # a stack's record names each member as without stacking (checkpoints, logs)
+        stacked = {"member_names": [self.model_name(m) for m in model.members]} if isinstance(model, StackedModels) else {}
+        record = (StackedTrainedModel if stacked else TrainedModel)(
+            name=self.model_name(model), role=role, model=model, owners=self.owners(model, role), optimizer=optimizer,
+            **stacked)
         if "grad_norm_clip" in self.cfg:
-            record.grad_norm_clip = float(agreed_value(self.cfg, "grad_norm_clip", owners, what))
+            record.grad_norm_clip = float(self.model_value("grad_norm_clip", model, role))
         scheduler_class = self.cfg.get("learning_rate_scheduler")
         if scheduler_class is not None:
             record.scheduler = scheduler_class(optimizer, **self.cfg["learning_rate_scheduler_kwargs"])

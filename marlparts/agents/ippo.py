@@ -32,10 +32,7 @@ class IPPO(MultiAgentPPO):
         """The stored observations of the agents that use the critic, at their active steps (per member of
         stacked critics).
         """
-        groups = [group for group in self.groups if group.trained["value"] is record]
-        if "value" in groups[0].stacked_roles:
-            return self._member_rows(groups[0], "observations")
-        return torch.cat([self._active_rows(group, "observations") for group in groups])
+        return self.record_rows(record, "observations")
 
     def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """The critic on each agent's own (standardised if configured) observation."""

@@ -1,5 +1,7 @@
 """Loss helpers shared by the algorithms."""
 
+from typing import Tuple
+
 import torch
 
 
@@ -17,3 +19,14 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -
         per_member = (values * mask).flatten(2).sum((0, 2)) / mask.flatten(2).sum((0, 2)).clamp(min=1.0)
         return per_member.mean()
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def masked_mean_std(values: torch.Tensor, mask: torch.Tensor, *, dims: Tuple[int, ...]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (unbiased) standard deviation of ``values`` over ``dims`` where ``mask`` is True, kept as
+    size-1 dims for broadcasting; the standard deviation is 1 where fewer than two values count.
+    """
+    mask = mask.to(values.dtype)
+    count = mask.sum(dim=dims, keepdim=True)
+    mean = (values * mask).sum(dim=dims, keepdim=True) / count.clamp(min=1.0)
+    variance = ((values - mean).square() * mask).sum(dim=dims, keepdim=True) / (count - 1.0).clamp(min=1.0)
+    return mean, torch.where(count > 1, variance.sqrt(), torch.ones_like(variance))

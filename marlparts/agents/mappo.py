@@ -73,20 +73,20 @@ class MAPPO(MultiAgentPPO):
         """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state."""
         mode = self.cfg["agent_specific_values"]
         batch, size = observations.shape[:2]
-        if "value" in group.stacked_roles:  # each agent's own critic reads the state through its own preprocessor
-            inputs = self._preprocess_states(group, states.unsqueeze(1).expand(batch, size, -1))
+        stacked = "value" in group.stacked_roles
+        if stacked or mode == "one_hot":  # the critic reads one row per agent
+            if stacked:  # each agent's own critic reads the state through its own preprocessor
+                rows = self._preprocess_states(group, states.unsqueeze(1).expand(batch, size, -1))
+            else:
+                rows = self._preprocess_states(group, states).unsqueeze(1).expand(batch, size, -1)
             if mode == "one_hot":
-                one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(inputs.dtype)
-                inputs = torch.cat([inputs, one_hot.expand(batch, size, -1)], dim=-1)
-            predicted = self.critic_act(group, inputs.flatten(0, 1)).unflatten(0, (batch, size))
-            if mode == "outputs":
+                one_hot = F.one_hot(group.agent_indexes.to(rows.device), len(self.possible_agents)).to(rows.dtype)
+                rows = torch.cat([rows, one_hot.expand(batch, size, -1)], dim=-1)
+            predicted = self.critic_act(group, rows.flatten(0, 1)).unflatten(0, (batch, size))
+            if mode == "outputs":  # each agent's own critic, one output per agent: the agent's own
                 return predicted.gather(-1, group.agent_indexes.to(predicted.device).view(1, size, 1).expand(batch, size, 1))
             return predicted
         states = self._preprocess_states(group, states)
-        if mode == "one_hot":
-            one_hot = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(states.dtype)
-            inputs = torch.cat([states.unsqueeze(1).expand(batch, size, -1), one_hot.expand(batch, size, -1)], dim=-1)
-            return self.critic_act(group, inputs.flatten(0, 1)).unflatten(0, (batch, size))
         predicted = self.critic_act(group, states)
         if mode == "outputs":
             return predicted[:, group.agent_indexes.to(predicted.device)].unsqueeze(-1)

@@ -12,13 +12,14 @@ from torch import nn
 from marlparts.agents.advantages import compute_gae
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
+from marlparts.agents.losses import masked_mean_std
 from marlparts.agents.ppo_losses import ppo_losses
 from marlparts.agents.ppo_sequences import RecurrentPPOMixin
 from marlparts.agents.stacking import StackedScaler, StackedTrainedModel, stack_groups
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
-from marlparts.utils.agent_tensors import masked_mean_std, stack_agents, unstack_agents
+from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
 from marlparts.utils.distributed import mean_over_ranks
 from marlparts.utils.spaces import action_size, flat_size, is_discrete
@@ -374,34 +375,29 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
         """
         with torch.no_grad():
             for record in self.trained:
-                groups = [group for group in self.groups if group.trained.get(record.role) is record]
-                stacked = isinstance(record, StackedTrainedModel)  # one group; each member takes in its own rows
                 if record.role == "policy" and record.input_preprocessor is not None:
-                    if stacked:
-                        record.input_preprocessor.update_members(self._member_rows(groups[0], "observations"))
-                    else:
-                        record.input_preprocessor.update(torch.cat([self._active_rows(g, "observations") for g in groups]))
+                    record.input_preprocessor.update(self.record_rows(record, "observations"))
                 if record.role == "value":
                     if record.input_preprocessor is not None:
-                        rows = self.critic_input_rows(record)
-                        update = record.input_preprocessor.update_members if stacked else record.input_preprocessor.update
-                        update(rows)
+                        record.input_preprocessor.update(self.critic_input_rows(record))
                     if record.value_normaliser is not None:
-                        if stacked:
-                            record.value_normaliser.update_members(self._member_rows(groups[0], "returns"))
-                        else:
-                            record.value_normaliser.update(torch.cat([self._active_rows(g, "returns") for g in groups]))
+                        record.value_normaliser.update(self.record_rows(record, "returns"))
+
+    def record_rows(self, record: TrainedModel, name: str) -> Union[torch.Tensor, List[torch.Tensor]]:
+        """The rows of stored tensor ``name`` at the active steps of the agents that use ``record``'s model;
+        for a stack (one merged group), one tensor per member, each agent's own rows.
+        """
+        groups = [group for group in self.groups if group.trained.get(record.role) is record]
+        if isinstance(record, StackedTrainedModel):
+            values = groups[0].memory.get_tensor_by_name(name)
+            active = groups[0].memory.get_tensor_by_name("active").squeeze(-1)
+            return [values[:, :, k][active[:, :, k]] for k in range(groups[0].size)]
+        return torch.cat([self._active_rows(group, name) for group in groups])
 
     @staticmethod
     def _active_rows(group: AgentGroup, name: str) -> torch.Tensor:
         """The rows of stored tensor ``name`` (with an agent axis) at the group's active steps."""
         return group.memory.get_tensor_by_name(name)[group.memory.get_tensor_by_name("active").squeeze(-1)]
-
-    @staticmethod
-    def _member_rows(group: AgentGroup, name: str) -> List[torch.Tensor]:
-        """Per agent of ``group``: the rows of stored tensor ``name`` at that agent's active steps."""
-        values, active = group.memory.get_tensor_by_name(name), group.memory.get_tensor_by_name("active").squeeze(-1)
-        return [values[:, :, k][active[:, :, k]] for k in range(group.size)]
 
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""

@@ -46,7 +46,7 @@ class StackedScaler(nn.Module):
     def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False, clip: bool = True) -> torch.Tensor:
         """Standardise each member's part of ``x`` with its own statistics (or undo it if ``inverse``)."""
         if train:
-            raise ValueError("a StackedScaler is updated through update_members(), not with train=True")
+            raise ValueError("a StackedScaler is updated with each member's rows (update), not with train=True")
         rows = x.dim() == 2
         stacked = x.unflatten(0, (-1, self.size)) if rows else x
         if stacked.shape[-2:] != self.running_mean.shape:
@@ -63,8 +63,10 @@ class StackedScaler(nn.Module):
             result = result.clamp(-self.clip_threshold, self.clip_threshold) if clip else result
         return result.flatten(0, 1) if rows else result
 
-    def update_members(self, rows: Sequence[torch.Tensor]) -> None:
-        """Fold ``rows[k]`` (``(n_k, size)``) into member ``k``'s statistics."""
+    def update(self, rows: Sequence[torch.Tensor]) -> None:
+        """Fold ``rows[k]`` (``(n_k, size)``) into member ``k``'s statistics: each member takes in its own
+        agent's rows (a :class:`RunningStandardScaler` takes one tensor).
+        """
         for member, member_rows in zip(self.members, rows):
             member.update(member_rows)
 

@@ -140,14 +140,3 @@ def with_own_actions(joint_actions: torch.Tensor, own_actions: torch.Tensor, off
     replaced = joint_actions.unsqueeze(1).expand(batch, agents, joint_actions.shape[-1]).clone()
     replaced[:, rows, columns] = own_actions
     return replaced
-
-
-def masked_mean_std(values: torch.Tensor, mask: torch.Tensor, *, dims: Tuple[int, ...]) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Mean and (unbiased) standard deviation of ``values`` over ``dims`` where ``mask`` is True, kept as
-    size-1 dims for broadcasting; the standard deviation is 1 where fewer than two values count.
-    """
-    mask = mask.to(values.dtype)
-    count = mask.sum(dim=dims, keepdim=True)
-    mean = (values * mask).sum(dim=dims, keepdim=True) / count.clamp(min=1.0)
-    variance = ((values - mean).square() * mask).sum(dim=dims, keepdim=True) / (count - 1.0).clamp(min=1.0)
-    return mean, torch.where(count > 1, variance.sqrt(), torch.ones_like(variance))
