@@ -73,3 +73,73 @@ def test_gae_works_on_an_agent_axis():
     single, _ = compute_gae(**{k: (v[:, :, 1] if torch.is_tensor(v) and v.dim() == 4 else v[:, 1] if torch.is_tensor(v)
                                    else v) for k, v in kwargs.items()})
     assert torch.allclose(advantages[:, :, 1], single)
+
+
+def own_steps_gae(rewards, values, terminated, truncated, final_values, active, last_value, gamma, lam):
+    """Reference for one agent of a turn-based rollout: its rollout cut down to its active steps, each
+    taking the rewards and the episode end that came while the agent waited after it.
+    """
+    steps, T = [], len(rewards)
+    for t in range(T):
+        if active[t]:
+            steps.append({"t": t, "reward": rewards[t], "terminated": terminated[t], "truncated": truncated[t],
+                          "final": final_values[t], "value": values[t]})
+        elif steps and not (steps[-1]["terminated"] or steps[-1]["truncated"]):
+            last = steps[-1]
+            last["reward"] += rewards[t]
+            last["terminated"], last["truncated"], last["final"] = terminated[t], truncated[t], final_values[t]
+    advantages, running = [0.0] * T, 0.0
+    for i in reversed(range(len(steps))):
+        step = steps[i]
+        if step["terminated"]:
+            following, continues = 0.0, 0.0
+        elif step["truncated"]:
+            following, continues = step["final"], 0.0
+        else:
+            following, continues = (steps[i + 1]["value"] if i + 1 < len(steps) else last_value), 1.0
+        running = step["reward"] + gamma * following - step["value"] + gamma * lam * continues * running
+        advantages[step["t"]] = running
+    return advantages
+
+
+def test_a_reward_that_reaches_a_waiting_agent_belongs_to_its_last_action():
+    # tic-tac-toe's end: player 1 moves at t=0, player 2 wins at t=1, where player 1 gets -1 and terminates
+    rewards = torch.tensor([[0.0, 0.0], [-1.0, 1.0]])
+    terminated = torch.tensor([[False, False], [True, True]])
+    active = torch.tensor([[True, False], [False, True]])
+    zeros = torch.zeros(2, 2)
+    advantages, _ = compute_gae(rewards=rewards, values=zeros, terminated=terminated, truncated=zeros.bool(),
+                                final_values=zeros, last_values=torch.zeros(2), discount_factor=0.9, gae_lambda=0.0,
+                                active=active)
+    assert advantages[0, 0].item() == pytest.approx(-1.0)  # the losing move
+    assert advantages[1, 1].item() == pytest.approx(1.0)   # the winning move
+    assert advantages[1, 0].item() == 0.0 and advantages[0, 1].item() == 0.0  # waiting steps carry nothing
+
+
+def test_gae_over_own_steps_matches_a_rollout_cut_down_to_each_agents_turns():
+    torch.manual_seed(3)
+    gamma, lam, T, columns = 0.9, 0.8, 40, 6
+    rewards, values = torch.randn(T, columns), torch.randn(T, columns)
+    terminated, truncated = torch.rand(T, columns) < 0.1, torch.rand(T, columns) < 0.05
+    final_values, last_values = torch.randn(T, columns), torch.randn(columns)
+    active = torch.rand(T, columns) < 0.5
+    advantages, returns = compute_gae(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
+                                      final_values=final_values, last_values=last_values, discount_factor=gamma,
+                                      gae_lambda=lam, active=active)
+    for c in range(columns):
+        expected = own_steps_gae(rewards[:, c].tolist(), values[:, c].tolist(), terminated[:, c].tolist(),
+                                 truncated[:, c].tolist(), final_values[:, c].tolist(), active[:, c].tolist(),
+                                 last_values[c].item(), gamma, lam)
+        assert advantages[:, c].tolist() == pytest.approx(expected, abs=1e-5)
+    assert torch.allclose(returns, advantages + values)
+
+
+def test_gae_with_every_step_active_is_plain_gae():
+    torch.manual_seed(4)
+    shape = (30, 4)
+    kwargs = dict(rewards=torch.randn(shape), values=torch.randn(shape), terminated=torch.rand(shape) < 0.1,
+                  truncated=torch.rand(shape) < 0.1, final_values=torch.randn(shape), last_values=torch.randn(4),
+                  discount_factor=0.99, gae_lambda=0.95)
+    plain, _ = compute_gae(**kwargs)
+    own_steps, _ = compute_gae(active=torch.ones(shape, dtype=torch.bool), **kwargs)
+    assert torch.equal(plain, own_steps)

@@ -1,8 +1,8 @@
-"""Small PettingZoo Parallel envs written for the tests: deterministic and fast."""
+"""Small PettingZoo envs (Parallel and AEC) written for the tests: deterministic and fast."""
 
 import gymnasium
 import numpy as np
-from pettingzoo import ParallelEnv
+from pettingzoo import AECEnv, ParallelEnv
 
 
 class CountingEnv(ParallelEnv):
@@ -167,3 +167,64 @@ class CueEnv(ParallelEnv):
         if last:
             self.agents = []
         return obs, rewards, terminated, truncated, {a: {} for a in obs}
+
+
+class CallAndAnswerEnv(AECEnv):
+    """A turn-based (AEC) game of two moves where the right play is known exactly.
+
+    ``caller`` picks 0 or 1; then ``answerer`` picks 0 or 1 and the game ends. The caller's reward
+    arrives on the answerer's move, while the caller waits: +1 if it called 1, else -1. The answerer
+    gets +1 for repeating the call, else 0. Observations are ``[caller to move, answerer to move, the
+    call]`` with an action mask; ``forbid_all`` gives the answerer a mask with no legal action, and
+    ``grow_at_reset`` makes the observation space larger at the reset after the first.
+    """
+
+    metadata = {"name": "call_and_answer_v0", "is_parallelizable": False}
+
+    def __init__(self, forbid_all=False, grow_at_reset=False):
+        super().__init__()
+        self.possible_agents = ["caller", "answerer"]
+        self.forbid_all, self.grow_at_reset = forbid_all, grow_at_reset
+        self.size, self.resets = 3, 0
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Dict({"observation": gymnasium.spaces.Box(0.0, 1.0, shape=(self.size,)),
+                                      "action_mask": gymnasium.spaces.MultiBinary(2)})
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def observe(self, agent):
+        value = np.zeros(self.size, dtype=np.float32)
+        value[0], value[1] = self.agent_selection == "caller", self.agent_selection == "answerer"
+        value[2] = 0.0 if self.call is None else float(self.call)
+        legal = 0 if (self.forbid_all and agent == "answerer") else 1
+        return {"observation": value, "action_mask": np.full(2, legal, dtype=np.int8)}
+
+    def reset(self, seed=None, options=None):
+        self.resets += 1
+        if self.grow_at_reset and self.resets > 2:  # the first reset is the wrapper's probe
+            self.size = 4
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {agent: {} for agent in self.agents}
+        self.agent_selection, self.call = "caller", None
+
+    def step(self, action):
+        if self.terminations[self.agent_selection] or self.truncations[self.agent_selection]:
+            self._was_dead_step(action)
+            return
+        self._cumulative_rewards[self.agent_selection] = 0.0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        if self.agent_selection == "caller":
+            self.call = int(action)
+            self.agent_selection = "answerer"
+        else:
+            self.rewards["caller"] = 1.0 if self.call == 1 else -1.0
+            self.rewards["answerer"] = 1.0 if int(action) == self.call else 0.0
+            self.terminations = dict.fromkeys(self.agents, True)
+            self.agent_selection = "caller"
+        self._accumulate_rewards()

@@ -1,13 +1,13 @@
 """Generalised advantage estimation with correct episode ends."""
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
 
 def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                 final_values: torch.Tensor, last_values: torch.Tensor, discount_factor: float,
-                gae_lambda: float) -> Tuple[torch.Tensor, torch.Tensor]:
+                gae_lambda: float, active: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns of a rollout of ``T`` steps (Schulman et al., 2016).
 
     All tensors are ``(T, ...)`` except ``last_values`` (``...``): the value of the observation
@@ -21,18 +21,45 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
     and the advantage recursion stops at either kind of episode end, so no advantage mixes
     two episodes.
 
+    With ``active`` (``(T, ...)`` bool: the agent acted at the step), each agent's rollout is its own
+    active steps, as in a turn-based game: the rewards that reach an agent while it waits for its turn,
+    and the end of its episode if it comes then (a loser's -1 arrives on the winner's move), belong to
+    its last action; the value that follows an action is that of the agent's next active step; and
+    the discount applies once per action. Advantages at inactive steps are 0. Where every step is
+    active this is the recursion above.
+
     Returns:
         ``(advantages, returns)`` with ``returns = advantages + values``.
     """
     terminated, truncated = terminated.bool(), truncated.bool()
+    if active is None:
+        active = torch.ones_like(terminated)
+    active = active.bool()
     advantages = torch.zeros_like(values)
     running = torch.zeros_like(last_values)
     next_values = last_values
+    # what reached the agent after its next-earlier action: summed rewards and how its episode ended
+    waiting_reward = torch.zeros_like(last_values)
+    waiting_terminated = torch.zeros_like(terminated[0])
+    waiting_truncated = torch.zeros_like(truncated[0])
+    waiting_final = torch.zeros_like(last_values)
     for t in reversed(range(values.shape[0])):
-        next_values = torch.where(terminated[t], 0.0, torch.where(truncated[t], final_values[t], next_values))
-        delta = rewards[t] + discount_factor * next_values - values[t]
-        continues = ~(terminated[t] | truncated[t])
-        running = delta + discount_factor * gae_lambda * continues * running
-        advantages[t] = running
-        next_values = values[t]
+        ended = terminated[t] | truncated[t]
+        # an action's own step, and what came while the agent waited unless its episode ended at the action
+        reward = rewards[t] + torch.where(ended, 0.0, waiting_reward)
+        ends_terminated = terminated[t] | (~ended & waiting_terminated)
+        ends_truncated = ~ends_terminated & (truncated[t] | (~ended & waiting_truncated))
+        final = torch.where(truncated[t], final_values[t], waiting_final)
+        following = torch.where(ends_terminated, 0.0, torch.where(ends_truncated, final, next_values))
+        delta = reward + discount_factor * following - values[t]
+        continues = ~(ends_terminated | ends_truncated)
+        step_advantage = delta + discount_factor * gae_lambda * continues * running
+        advantages[t] = torch.where(active[t], step_advantage, 0.0)
+        running = torch.where(active[t], step_advantage, running)
+        next_values = torch.where(active[t], values[t], next_values)
+        # at an inactive step the agent waits: keep what reaches it for its previous action
+        waiting_reward = torch.where(active[t], 0.0, torch.where(ended, rewards[t], waiting_reward + rewards[t]))
+        waiting_terminated = ~active[t] & torch.where(ended, terminated[t], waiting_terminated)
+        waiting_truncated = ~active[t] & torch.where(ended, truncated[t] & ~terminated[t], waiting_truncated)
+        waiting_final = torch.where(active[t], 0.0, torch.where(ended, final_values[t], waiting_final))
     return advantages, advantages + values

@@ -1,6 +1,7 @@
 """The base of every multi-agent algorithm: configuration, groups, hooks, tracking, checkpoints."""
 
 import contextlib
+import copy
 import datetime
 import os
 import warnings
@@ -418,6 +419,25 @@ class MultiAgent(CheckpointMixin):
         for group in self.groups:  # stacked models run a batched copy of their members
             for role in group.stacked_roles:
                 group.models[role].train(self.training)
+
+    def frozen_copy(self) -> "MultiAgent":
+        """A copy that acts as this algorithm does now and never changes: its models and preprocessors
+        copied, in evaluation mode (greedy unless ``stochastic_evaluation``), with no memories, tracker,
+        callbacks or experiment folder. An opponent for self-play or evaluation
+        (:mod:`marlparts.trainers.opponents`); not for training.
+        """
+        left_out: Dict[int, Any] = {id(self.callbacks): []}
+        for memory in list((self.memories or {}).values()) + [group.memory for group in self.groups]:
+            if memory is not None:
+                left_out[id(memory)] = None
+        if self.tracker is not None:
+            left_out[id(self.tracker)] = None
+        frozen = copy.deepcopy(self, memo=left_out)
+        frozen.experiment_dir = None
+        frozen.set_mode("eval")
+        for model in frozen.distinct_models():
+            model.requires_grad_(False)
+        return frozen
 
     def close(self) -> None:
         """Flush and close the tracker."""

@@ -341,7 +341,8 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
 
     # ----------------------------------------------------------------------------- update
     def compute_advantages(self) -> None:
-        """GAE over the rollout of every group; advantages normalised over the group's active steps.
+        """GAE over each agent's own active steps (what reaches an agent while it waits for its turn goes to
+        its last action); advantages normalised over the group's active steps.
 
         Also fixes, in the critic's (normalised) units of collection time, the targets and the
         old values the value loss compares predictions with.
@@ -351,13 +352,13 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                 memory = group.memory
                 next_obs = stack_agents(self._next_observations, group.uids)
                 values = memory.get_tensor_by_name("values")
-                advantages, returns = compute_gae(
+                active = memory.get_tensor_by_name("active")
+                advantages, returns = compute_gae(active=active,
                     rewards=memory.get_tensor_by_name("rewards"), values=values,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),
                     final_values=memory.get_tensor_by_name("final_values"),
                     last_values=self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True),
                     discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
-                active = memory.get_tensor_by_name("active")
                 # agents with models of their own (a merged group) each have their advantages' own statistics;
                 # an agent with no active step keeps mean 0 and std 1 (nothing of it enters a loss)
                 dims = (0, 1) if group.stacked_roles else (0, 1, 2)

@@ -31,6 +31,8 @@ class MultiAgentEnv:
         device: where the returned tensors live.
         seed: the run's seed (None: unseeded).
         copy_seeds: the seed each copy was last reset with (None entries where unseeded).
+        turn_based: the agents take turns (one is active at each step), as in board games; evaluation
+            then reports each seat's wins, draws and losses.
     """
 
     possible_agents: List[str]
@@ -38,6 +40,7 @@ class MultiAgentEnv:
     device: torch.device
     seed: Optional[int] = None
     copy_seeds: List[Optional[int]] = []
+    turn_based: bool = False
 
     @property
     def num_agents(self) -> int:

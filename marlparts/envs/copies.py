@@ -89,6 +89,7 @@ class CopyBlock:
                 obs, infos = env.reset(seed=None if seeds is None else seeds[row])
             except Exception as error:
                 raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
+            self._check_spaces(env, row)
             self._clear_step_flags(row)
             self._write_observations(env, row, obs, infos, ended=())
 
@@ -125,6 +126,7 @@ class CopyBlock:
                     obs, infos = env.reset()
                 except Exception as error:
                     raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
+                self._check_spaces(env, row)
                 self._write_observations(env, row, obs, infos, ended=())
             else:
                 self._write_observations(env, row, obs, infos, ended=ended)
@@ -164,6 +166,16 @@ class CopyBlock:
         if isinstance(space, gymnasium.spaces.MultiDiscrete):
             return values.astype(np.int64).reshape(space.shape)
         return np.clip(values.reshape(space.shape), space.low, space.high).astype(space.dtype)
+
+    def _check_spaces(self, env: Any, row: int) -> None:
+        """Raise ``ValueError`` if a reset changed an agent's spaces: the buffers are laid out for the first ones."""
+        layout = self.layout
+        for uid in layout.possible_agents:
+            for kind, known, now in (("observation", layout.raw_observation_spaces[uid], env.observation_space(uid)),
+                                     ("action", layout.action_spaces[uid], env.action_space(uid))):
+                if now is not known and now != known:
+                    raise ValueError(f"env copy {row} changed the {kind} space of agent {uid!r} at a reset, from {known} "
+                                     f"to {now}; the spaces of every agent must stay the same for the whole run")
 
     def _clear_step_flags(self, row: int) -> None:
         self.b["reward"][row] = 0.0
@@ -219,6 +231,10 @@ class CopyBlock:
             mask = self._mask_of(uid, obs, infos)
             if mask is not None:
                 target[self.mask_columns[uid]] = np.asarray(mask, dtype=bool).reshape(-1)
+        for uid in live:
+            if not mask_row[self.mask_columns[uid]].any():
+                raise ValueError(f"the action mask of agent {uid!r} in env copy {row} allows no action, but the agent "
+                                 "is to act: an env must leave an acting agent at least one legal action")
 
     def _mask_of(self, uid: str, obs: Dict[str, Any], infos: Dict[str, Any]) -> Optional[Any]:
         if self.layout.mask_in_observation and uid in obs:

@@ -9,17 +9,26 @@ import torch
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import InProcessCopies, WorkerCopies
 from marlparts.envs.layout import EnvLayout
+from marlparts.envs.turns import TurnBasedFactory, TurnBasedParallelEnv, is_aec_env
 from marlparts.utils.agent_tensors import AgentTensors
 from marlparts.utils.distributed import rank_and_world_size
 from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, copy_seeds
 
+SUPPORTED_KINDS = ("a PettingZoo ParallelEnv or AECEnv (an instance, or a factory that builds one copy), "
+                   "a VMAS env (or a factory taking num_envs), an Isaac Lab DirectMARLEnv")
+
 
 class PettingZooParallelWrapper(MultiAgentEnv):
-    """``num_envs`` copies of a PettingZoo ``ParallelEnv`` as batched torch tensors.
+    """``num_envs`` copies of a PettingZoo ``ParallelEnv`` or ``AECEnv`` as batched torch tensors.
+
+    An AEC env (turn-based: ``tictactoe_v3.env()``) is stepped one move per step: only the agent whose
+    turn it is is active (``infos["active"]``); the actions given for the other agents are ignored.
+    Every agent's observation and reward come back at every step (see
+    :class:`~marlparts.envs.turns.TurnBasedParallelEnv`), and ``turn_based`` is True.
 
     Args:
-        env: a factory that builds one copy (``lambda: simple_spread_v3.parallel_env()``),
-            or an env instance when ``num_envs`` is 1 and ``workers`` is 0.
+        env: a factory that builds one copy (``lambda: simple_spread_v3.parallel_env()``,
+            ``lambda: tictactoe_v3.env()``), or an env instance when ``num_envs`` is 1 and ``workers`` is 0.
         num_envs: number of copies stepped together.
         workers: 0 to step the copies in this process; ``k > 0`` to split them over ``k``
             worker processes that step in parallel and write into shared memory.
@@ -46,10 +55,12 @@ class PettingZooParallelWrapper(MultiAgentEnv):
                              "to make several copies or to run copies in worker processes")
         probe = env() if is_factory else env
         if not hasattr(probe, "possible_agents") or not hasattr(probe, "step"):
-            raise TypeError(f"expected a PettingZoo ParallelEnv, got {type(probe).__name__}")
-        if hasattr(probe, "agent_selection"):
-            raise TypeError("this wrapper takes PettingZoo Parallel envs; convert an AEC env whose agents act "
-                            "simultaneously with pettingzoo.utils.conversions.aec_to_parallel")
+            raise TypeError(f"wrap_env got {type(probe).__name__!r}{' (from the factory)' if is_factory else ''}, "
+                            f"which is none of the supported kinds: {SUPPORTED_KINDS}")
+        if is_aec_env(probe):  # one agent acts at a time: the copies are seen through TurnBasedParallelEnv
+            probe = TurnBasedParallelEnv(probe)
+            env = TurnBasedFactory(env) if is_factory else probe
+        self.turn_based = isinstance(probe, TurnBasedParallelEnv)
         _, reset_infos = probe.reset(seed=seed)
         self.layout = EnvLayout(probe, reset_infos, state_source=state_source)
         self._factory = env if is_factory else None

@@ -7,6 +7,7 @@ import torch
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.callbacks import Callback
+from marlparts.trainers.opponents import Opponents, check_seats
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
 from marlparts.utils.devices import same_device
@@ -80,16 +81,21 @@ class Trainer:
             ``env.make_evaluation_env`` (separate copies, seeded apart from the training ones).
         callbacks: :class:`~marlparts.trainers.callbacks.Callback` objects, called at each step,
             episode end, update, evaluation and checkpoint.
+        opponents: ``{agent_id: policy}`` for seats that no algorithm controls, played by a fixed
+            policy in training and evaluation: ``"random"`` (uniform over legal actions), a function
+            ``(observation, action_mask) -> action``, or a frozen algorithm
+            (:mod:`marlparts.trainers.opponents`).
     """
 
     DEFAULT_CONFIG: Dict[str, Any] = {}
 
     def __init__(self, *, env: MultiAgentEnv, agents: Union[MultiAgent, Sequence[MultiAgent]],
                  cfg: Optional[Mapping[str, Any]] = None, eval_env: Optional[MultiAgentEnv] = None,
-                 callbacks: Sequence[Callback] = ()) -> None:
+                 callbacks: Sequence[Callback] = (), opponents: Optional[Mapping[str, Any]] = None) -> None:
         self.env = env
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
+        self.opponents = Opponents(opponents, env) if opponents else None
         self._check_ownership()
         self._check_devices(env, "env")
         self.teams = team_names(self.agents)
@@ -144,13 +150,23 @@ class Trainer:
                     if other is not agent:
                         raise ValueError(f"{type(agent).__name__} and {type(other).__name__} were given the same Memory: "
                                          "give each algorithm its own memories")
+        check_seats(self.opponents, list(owners))
+        for uid in self.opponents.seats if self.opponents is not None else ():
+            owners[uid] = "opponents"
         uncontrolled = [uid for uid in env.possible_agents if uid not in owners]
         if uncontrolled:
-            raise ValueError(f"no algorithm controls agent(s) {uncontrolled}")
+            raise ValueError(f"no algorithm controls agent(s) {uncontrolled}, and no opponent plays them")
 
-    def _act(self, observations: Any, states: Any, infos: Any, timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
+    def _act(self, observations: Any, states: Any, infos: Any, timestep: int, timesteps: int, *,
+             opponents: Optional[Opponents] = None) -> Dict[str, torch.Tensor]:
+        """Every algorithm's actions, then the fixed policies' (``opponents``, by default the trainer's) in
+        their seats.
+        """
+        opponents = opponents or self.opponents
         actions: Dict[str, torch.Tensor] = {}
         with torch.no_grad():
             for agent in self.agents:
                 actions.update(agent.act(observations, states, infos, timestep, timesteps))
+            if opponents is not None:
+                actions.update(opponents.act(observations, states, infos, timestep, timesteps))
         return actions

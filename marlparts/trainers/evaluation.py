@@ -78,9 +78,10 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optio
 
 
 def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Sequence[str],
-              teams: Mapping[str, Sequence[str]], timestep: int) -> Dict[str, Any]:
+              teams: Mapping[str, Sequence[str]], timestep: int, *, outcomes: bool = False) -> Dict[str, Any]:
     """The evaluation report: per agent, per team (mean and standard deviation over episodes of the
-    team's mean return) and, for a single team, its figures at the top level as well.
+    team's mean return) and, for a single team, its figures at the top level as well. With
+    ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0).
     """
     column = {uid: i for i, uid in enumerate(possible_agents)}
     per_agent = dict(zip(possible_agents, returns.mean(dim=0).tolist()))
@@ -94,6 +95,11 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
             "returns": {uid: per_agent[uid] for uid in uids},
             "mean_length": report["mean_length"],
         }
+    if outcomes:
+        report["outcomes"] = {uid: {"win": float((returns[:, i] > 0).float().mean()),
+                                    "draw": float((returns[:, i] == 0).float().mean()),
+                                    "loss": float((returns[:, i] < 0).float().mean())}
+                              for i, uid in enumerate(possible_agents)}
     if len(teams) == 1:
         (team,) = report["teams"].values()
         report["mean_return"], report["std_return"] = team["mean_return"], team["std_return"]

@@ -3,7 +3,7 @@
 import collections
 import os
 import time
-from typing import Any, Deque, Dict, List, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
@@ -12,6 +12,7 @@ import tqdm
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import collect_episodes, summarise
+from marlparts.trainers.opponents import Opponents
 from marlparts.utils.distributed import all_gather_tensors, is_main_process
 from marlparts.utils.files import write_json_atomically
 from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, derived_seed
@@ -176,7 +177,8 @@ class SequentialTrainer(Trainer):
             self._training_state = None  # no separate copies: the training episodes in progress end here
         return self.eval_env
 
-    def eval(self, episodes: Optional[int] = None, *, video: Optional[bool] = None) -> Dict[str, Any]:
+    def eval(self, episodes: Optional[int] = None, *, video: Optional[bool] = None,
+             opponents: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
         """Run ``episodes`` evaluation episodes (``cfg["eval_episodes"]`` by default), greedy unless
         ``cfg["stochastic_evaluation"]``; nothing is stored or learned.
 
@@ -190,15 +192,22 @@ class SequentialTrainer(Trainer):
         ``videos/eval_<timestep>.<video_format>`` in each algorithm's experiment folder and to its
         TensorBoard / Weights & Biases.
 
+        ``opponents`` (``{agent_id: policy}``, see :mod:`marlparts.trainers.opponents`) plays those seats
+        with fixed policies for this evaluation, in place of the algorithm that controls them (and of the
+        trainer's own opponents); the teams' figures then cover only the seats their algorithm played.
+
         Returns:
             A dict: ``"episodes"``, ``"timestep"``, ``"mean_length"``, ``"returns"`` (agent id to its
             mean return) and ``"teams"`` (team name to its ``"mean_return"``, ``"std_return"``,
             ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class). With a
             single algorithm, its ``"mean_return"`` and ``"std_return"`` are at the top level too;
-            ``"videos"`` lists the video files written. The dict is also written to
-            ``evaluation.json`` in each algorithm's experiment folder.
+            ``"videos"`` lists the video files written. For turn-based envs (``env.turn_based``),
+            ``"outcomes"`` gives each seat's ``"win"``, ``"draw"`` and ``"loss"`` rates (episode return
+            > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. The dict is also
+            written to ``evaluation.json`` in each algorithm's experiment folder.
         """
         env = self._evaluation_env()
+        seats = self._evaluation_opponents(env, opponents)
         episodes = int(episodes or self.cfg["eval_episodes"])
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
@@ -208,16 +217,23 @@ class SequentialTrainer(Trainer):
         try:
             # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
             seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
+            if seats is not None:
+                seats.reset(derived_seed(seed, EVALUATION_STREAM) if seed is not None else None)
             collected = collect_episodes(
-                env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep),
+                env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep,
+                                                                   opponents=seats),
                 episodes, seed=seed, record_video=video)
         finally:
             for agent in self.agents:
                 agent.set_mode("train")
-        teams = {team: agent.possible_agents for team, agent in zip(self.teams, self.agents)}
+        fixed = seats.seats if seats is not None else []
+        teams = {team: [uid for uid in agent.possible_agents if uid not in fixed]
+                 for team, agent in zip(self.teams, self.agents)}
         # under torchrun every rank evaluates its own copies and every rank gets the same report of all episodes
         returns, lengths = all_gather_tensors(collected.returns), all_gather_tensors(collected.lengths)
-        report = summarise(returns, lengths, env.possible_agents, teams, timestep)
+        report = summarise(returns, lengths, env.possible_agents, {team: uids for team, uids in teams.items() if uids},
+                           timestep, outcomes=bool(getattr(env, "turn_based", False)))
+        report["opponents"] = list(fixed)
         if collected.frames is not None:
             report["videos"] = self._write_videos(collected.frames, timestep)
         for agent in self.agents:
@@ -225,6 +241,14 @@ class SequentialTrainer(Trainer):
                 write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
         self.notify("on_evaluation", report)
         return report
+
+    def _evaluation_opponents(self, env: MultiAgentEnv, opponents: Optional[Mapping[str, Any]]) -> Optional[Opponents]:
+        """The trainer's opponents with this evaluation's ``opponents`` in their seats (None: no fixed seats)."""
+        if not opponents:
+            return self.opponents
+        merged = dict(self.opponents.policies) if self.opponents is not None else {}
+        merged.update(opponents)
+        return Opponents(merged, env)
 
     def _write_videos(self, frames: np.ndarray, timestep: int) -> List[str]:
         """Save ``frames`` in each algorithm's experiment folder and send them to its trackers."""

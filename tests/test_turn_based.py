@@ -1,0 +1,174 @@
+"""Turn-based PettingZoo (AEC) envs: turns, masks, rewards that reach a waiting agent, opponents, outcomes."""
+
+import numpy as np
+import pytest
+import torch
+from pettingzoo.classic import tictactoe_v3
+
+from marlparts.envs import wrap_env
+from marlparts.trainers import SequentialTrainer
+from marlparts.trainers.opponents import RandomPolicy
+from tests.helpers import build_mappo, parameters_vector
+from tests.toy_envs import CallAndAnswerEnv
+
+
+def legal_random_actions(env, infos, generator):
+    return {uid: torch.multinomial(infos["action_mask"][uid].float(), 1, generator=generator)
+            for uid in env.possible_agents}
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_tictactoe_is_stepped_one_move_at_a_time_and_the_losers_reward_arrives_on_the_winners_move(workers):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=3, workers=workers, seed=0)
+    assert env.turn_based and env.possible_agents == ["player_1", "player_2"]
+    observations, infos = env.reset()
+    generator = torch.Generator().manual_seed(0)
+    games = 0
+    for _ in range(60):
+        active = torch.cat([infos["active"][uid] for uid in env.possible_agents], dim=1)
+        assert (active.sum(dim=1) == 1).all()  # exactly one player moves in every game
+        board = observations["player_1"].reshape(-1, 3, 3, 2).sum(dim=-1).reshape(-1, 9)
+        mover_mask = torch.where(infos["active"]["player_1"], infos["action_mask"]["player_1"],
+                                 infos["action_mask"]["player_2"])
+        assert torch.equal(mover_mask, board == 0)  # the mover's mask is the empty squares
+        actions = legal_random_actions(env, infos, generator)
+        observations, rewards, terminated, truncated, infos = env.step(actions)
+        ended = infos["episode_end"].squeeze(1)
+        r1, r2 = rewards["player_1"].squeeze(1), rewards["player_2"].squeeze(1)
+        assert torch.equal(r1, -r2) and torch.all(r1[~ended] == 0)  # zero-sum, paid only at the end
+        assert torch.equal(terminated["player_1"].squeeze(1), ended)
+        assert torch.equal(terminated["player_2"].squeeze(1), ended)
+        won = ended & (r1 != 0)
+        if won.any():
+            winner_was_mover = torch.where(r1[won] > 0, active[won, 0], active[won, 1])
+            assert winner_was_mover.all()  # the waiting player's -1 came on the winner's move
+        games += int(ended.sum())
+        assert torch.equal(infos["active"]["player_1"].squeeze(1)[ended], torch.ones(int(ended.sum()), dtype=torch.bool))
+    assert games >= 5
+    env.close()
+
+
+def test_an_unsupported_env_is_refused_with_the_supported_kinds_named():
+    with pytest.raises(TypeError, match="PettingZoo ParallelEnv or AECEnv.*VMAS.*Isaac Lab"):
+        wrap_env(lambda: object())
+
+
+def test_an_env_whose_spaces_change_at_a_reset_is_refused():
+    env = wrap_env(lambda: CallAndAnswerEnv(grow_at_reset=True), num_envs=1)
+    env.reset()
+    with pytest.raises(ValueError, match=r"env copy 0 changed the observation space of agent 'caller'"):
+        env.step({"caller": torch.ones(1, 1, dtype=torch.long), "answerer": torch.ones(1, 1, dtype=torch.long)})
+        env.step({"caller": torch.ones(1, 1, dtype=torch.long), "answerer": torch.ones(1, 1, dtype=torch.long)})
+
+
+def test_a_mask_with_no_legal_action_for_the_agent_to_move_is_refused():
+    env = wrap_env(lambda: CallAndAnswerEnv(forbid_all=True), num_envs=1)
+    env.reset()
+    with pytest.raises(ValueError, match=r"action mask of agent 'answerer' in env copy 0 allows no action"):
+        env.step({"caller": torch.ones(1, 1, dtype=torch.long), "answerer": torch.zeros(1, 1, dtype=torch.long)})
+
+
+def test_the_action_of_an_agent_that_waits_is_ignored():
+    env = wrap_env(lambda: CallAndAnswerEnv(), num_envs=1)
+    env.reset()
+    # the answerer is not to move: its action is not played (not even checked against its mask)
+    _, rewards, _, _, infos = env.step({"caller": torch.ones(1, 1, dtype=torch.long),
+                                        "answerer": torch.zeros(1, 1, dtype=torch.long)})
+    assert bool(infos["active"]["answerer"]) and not bool(infos["active"]["caller"])
+    _, rewards, _, _, infos = env.step({"caller": torch.zeros(1, 1, dtype=torch.long),
+                                        "answerer": torch.ones(1, 1, dtype=torch.long)})
+    assert float(rewards["caller"]) == 1.0 and float(rewards["answerer"]) == 1.0  # the call was 1, answered 1
+
+
+@pytest.mark.parametrize("algorithm, seed", [("ippo", 1), ("ippo", 2), ("mappo", 3)])
+def test_the_caller_learns_from_a_reward_that_reaches_it_while_it_waits(algorithm, seed, tmp_path):
+    torch.manual_seed(seed)
+    env = wrap_env(lambda: CallAndAnswerEnv(), num_envs=8, seed=seed)
+    agent = build_mappo(env, share=False, rollouts=8, directory=str(tmp_path), algorithm=algorithm,
+                        cfg={"learning_rate": 3e-3, "discount_factor": 0.99, "gae_lambda": 0.0})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 250, "disable_progressbar": True})
+    trainer.train()
+    report = trainer.eval(episodes=20)
+    # greedy play: call 1 (+1, paid on the answerer's move) and repeat it (+1). With gae_lambda 0 the caller's
+    # advantage is its move's own transition: credited only with the reward of its own step (always 0) and the
+    # value of the step after it (a waiting row, which no value loss trains), it would stay at its first coin flip
+    assert report["returns"]["caller"] == 1.0
+    assert report["returns"]["answerer"] == 1.0
+    assert report["outcomes"]["caller"] == {"win": 1.0, "draw": 0.0, "loss": 0.0}
+
+
+def test_random_policy_plays_only_legal_moves_and_repeats_itself_from_a_seed():
+    space = tictactoe_v3.env().action_space("player_1")
+    mask = torch.zeros(500, 9, dtype=torch.bool)
+    mask[:, [2, 5]] = True
+    policy = RandomPolicy(space, seed=3)
+    first = policy(torch.zeros(500, 18), mask)
+    assert set(first.flatten().tolist()) == {2, 5}
+    policy.reset(3)
+    assert torch.equal(policy(torch.zeros(500, 18), mask), first)
+
+
+def test_evaluation_against_a_random_seat_reports_each_seats_outcomes(tmp_path):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=4, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), algorithm="ippo")
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True})
+    first = trainer.eval(40, opponents={"player_2": "random"})
+    again = trainer.eval(40, opponents={"player_2": "random"})
+    assert first["outcomes"] == again["outcomes"]  # the same seed: the same games, the random player included
+    assert first["opponents"] == ["player_2"]
+    assert list(first["teams"]["IPPO"]["returns"]) == ["player_1"]  # the team is the seat it played
+    rates = first["outcomes"]["player_1"]
+    assert sum(rates.values()) == pytest.approx(1.0)
+    other = first["outcomes"]["player_2"]
+    assert (rates["win"], rates["loss"]) == (other["loss"], other["win"])  # zero-sum
+    both_random = trainer.eval(400, opponents={"player_1": "random", "player_2": "random"})
+    assert both_random["teams"] == {} and 0.45 < both_random["outcomes"]["player_1"]["win"] < 0.75
+    env.close()
+
+
+def test_a_frozen_copy_keeps_playing_as_the_agent_did_when_it_was_taken(tmp_path):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=4, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), algorithm="ippo", cfg={"learning_rate": 1e-2})
+    frozen = agent.frozen_copy()
+    policy = agent.models["player_1"]["policy"]
+    snapshot = parameters_vector(policy)
+    trainer = SequentialTrainer(env=env, agents=agent, opponents=None,
+                                cfg={"timesteps": 16, "disable_progressbar": True})
+    trainer.train()
+    assert not torch.equal(parameters_vector(policy), snapshot)
+    assert torch.equal(parameters_vector(frozen.models["player_1"]["policy"]), snapshot)
+    assert frozen.memories["player_1"] is None and frozen.tracker is None and not frozen.training
+    report = trainer.eval(20, opponents={"player_2": frozen})
+    assert report["opponents"] == ["player_2"]
+    env.close()
+
+
+def test_training_against_a_fixed_opponent_trains_only_the_algorithms_seat(tmp_path):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=4, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), algorithm="ippo", uids=["player_1"])
+    with pytest.raises(ValueError, match=r"no algorithm controls agent\(s\) \['player_2'\]"):
+        SequentialTrainer(env=env, agents=agent)
+    with pytest.raises(ValueError, match=r"\['player_1'\] are given to opponents and controlled by an algorithm"):
+        SequentialTrainer(env=env, agents=agent, opponents={"player_1": "random", "player_2": "random"})
+    with pytest.raises(KeyError, match="'player_3', which is not an agent"):
+        SequentialTrainer(env=env, agents=agent, opponents={"player_3": "random"})
+    trainer = SequentialTrainer(env=env, agents=agent, opponents={"player_2": "random"},
+                                cfg={"timesteps": 12, "disable_progressbar": True})
+    trainer.train()
+    report = trainer.eval(20)
+    assert report["opponents"] == ["player_2"] and set(report["outcomes"]) == {"player_1", "player_2"}
+    env.close()
+
+
+def test_every_sampled_move_is_legal_during_self_play(tmp_path):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=8, seed=1)
+    agent = build_mappo(env, directory=str(tmp_path), algorithm="ippo", rollouts=16)
+    # tic-tac-toe raises on a move to a taken square: a sampled illegal move would end the run
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 64, "disable_progressbar": True}).train()
+    stored = agent.groups[0].memory
+    actions = stored.get_tensor_by_name("actions").squeeze(-1)
+    masks = stored.get_tensor_by_name("action_mask")
+    active = stored.get_tensor_by_name("active").squeeze(-1)
+    chosen_legal = masks.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    assert chosen_legal[active].all() and active.float().mean().item() == pytest.approx(0.5)
+    assert np.isfinite(parameters_vector(agent.models["player_1"]["policy"]).numpy()).all()
