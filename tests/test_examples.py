@@ -60,3 +60,24 @@ def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_p
     (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
     evaluated = run("--eval", "--checkpoint", checkpoint, *common)
     assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated
+
+
+@pytest.mark.parametrize("name", ["tictactoe_ippo", "connect_four_ippo"])
+def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_each_seat(name, tmp_path):
+    script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
+    common = ("--num-envs", 8, "--games", 20, "--directory", tmp_path)
+
+    def run(*arguments):
+        done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
+                              timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    trained = run("--timesteps", 512, *common)
+    assert "trained 512 moves" in trained
+    seats = [line for line in trained.splitlines() if "against a random player, 20 games: win" in line]
+    expected_seats = ["player_0", "player_1"] if name == "connect_four_ippo" else ["player_1", "player_2"]
+    assert [line.split()[0] for line in seats] == expected_seats
+    (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
+    evaluated = run("--eval", "--checkpoint", checkpoint, *common)
+    assert "trained" not in evaluated and len(evaluated.splitlines()) == 2

@@ -9,6 +9,7 @@ from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
 from marlparts.trainers.opponents import RandomPolicy
 from tests.helpers import build_mappo, parameters_vector
+from tests.test_maddpg import build as build_maddpg
 from tests.toy_envs import CallAndAnswerEnv
 
 
@@ -172,3 +173,10 @@ def test_every_sampled_move_is_legal_during_self_play(tmp_path):
     chosen_legal = masks.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     assert chosen_legal[active].all() and active.float().mean().item() == pytest.approx(0.5)
     assert np.isfinite(parameters_vector(agent.models["player_1"]["policy"]).numpy()).all()
+
+
+def test_an_algorithm_that_cannot_credit_waiting_rewards_is_refused_on_a_turn_based_env():
+    env = wrap_env(lambda: CallAndAnswerEnv(), num_envs=2)
+    agent = build_maddpg(env)
+    with pytest.raises(ValueError, match="MADDPG cannot train on a turn-based env"):
+        SequentialTrainer(env=env, agents=agent)

@@ -76,6 +76,8 @@ class MultiAgent(CheckpointMixin):
     PER_AGENT_KEYS: frozenset = frozenset()
     NEEDS_MEMORY: bool = True
     SUPPORTS_SEQUENCES: bool = False  # whether recurrent models (RecurrentMixin) can be trained
+    # whether it trains on turn-based envs: credits what reaches an agent while it waits to its last action
+    SUPPORTS_TURN_BASED: bool = False
 
     def __init__(self, *, possible_agents: Sequence[str], models: Mapping[str, Mapping[str, Model]],
                  memories: Optional[Mapping[str, Memory]] = None,

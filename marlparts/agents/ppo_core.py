@@ -77,6 +77,7 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                                 "time_limit_bootstrap"})
     USES_STATE = False
     SUPPORTS_SEQUENCES = True
+    SUPPORTS_TURN_BASED = True
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

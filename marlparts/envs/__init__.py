@@ -14,9 +14,9 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
 
     Supported sources:
 
-    - PettingZoo Parallel envs, including the MPE tasks of ``mpe2``: an instance or a factory of one copy;
-      see :class:`PettingZooParallelWrapper` (``num_envs``, ``workers``, ``seed``, ``device``,
-      ``state_source``, ``check_finite``);
+    - PettingZoo Parallel envs, including the MPE tasks of ``mpe2``, and AEC envs (turn-based games: one
+      move per step): an instance or a factory of one copy; see :class:`PettingZooParallelWrapper`
+      (``num_envs``, ``workers``, ``seed``, ``device``, ``state_source``, ``check_finite``);
     - VMAS envs: an env, or a factory taking ``num_envs`` (``functools.partial(vmas.make_env, ...)``);
       see :class:`VmasWrapper` (``num_envs``, ``seed``, ``check_finite``, ``vectorised_reset``);
     - Isaac Lab multi-agent envs (``DirectMARLEnv``, also inside gymnasium wrappers); see

@@ -97,6 +97,7 @@ class Trainer:
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
         self.opponents = Opponents(opponents, env) if opponents else None
         self._check_ownership()
+        self._check_turn_based(env)
         self._check_devices(env, "env")
         self.teams = team_names(self.agents)
         position = {uid: i for i, uid in enumerate(env.possible_agents)}
@@ -124,6 +125,19 @@ class Trainer:
                                  f"{agent.possible_agents}) computes on {agent.device}: "
                                  f"{env.placement_hint(str(agent.device))}, or build the algorithm with "
                                  f"device=env.device")
+
+    def _check_turn_based(self, env: MultiAgentEnv) -> None:
+        """Raise ``ValueError`` if an algorithm that cannot credit rewards given between an agent's turns is
+        to train on a turn-based env (it would learn silently wrong values).
+        """
+        if not getattr(env, "turn_based", False):
+            return
+        for agent in self.agents:
+            if not agent.SUPPORTS_TURN_BASED:
+                raise ValueError(f"{type(agent).__name__} cannot train on a turn-based env: its transitions go from one "
+                                 "step to the next, so a reward that reaches an agent while it waits for its turn would "
+                                 "be lost; train with MAPPO or IPPO (a frozen copy of any algorithm may still play a seat "
+                                 "as an opponent)")
 
     def stop(self) -> None:
         """End ``train()`` after the current step (for callbacks: early stopping)."""
