@@ -92,3 +92,27 @@ def test_weights_and_biases_offline_run_gets_the_same_metrics(tmp_path, monkeypa
     agent.close()
     assert "Loss / policy" in summary and "Episode / return (mean over agents)" in summary
     assert list((tmp_path / "wb" / "wandb").glob("offline-run-*"))
+
+
+def test_a_team_algorithm_takes_the_envs_whole_space_dicts_and_keeps_its_own_agents(tmp_path):
+    from helpers import Policy, Value
+
+    from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG
+    from marlparts.memories import RandomMemory
+
+    env = spread()
+    pair = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"])
+    policy = Policy(observation_space=env.observation_space("agent_2"), action_space=env.action_space("agent_2"))
+    value = Value(observation_space=env.observation_space("agent_2"))
+    cfg = IPPO_DEFAULT_CONFIG.copy()
+    cfg["rollouts"] = 4
+    cfg["experiment"]["directory"] = str(tmp_path)
+    solo = IPPO(possible_agents=["agent_2"], models={"agent_2": {"policy": policy, "value": value}},
+                memories={"agent_2": RandomMemory(memory_size=4, num_envs=env.num_envs)},
+                observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=cfg)
+    assert list(solo.observation_spaces) == ["agent_2"] and list(solo.action_spaces) == ["agent_2"]
+    SequentialTrainer(env=env, agents=[pair, solo], cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    with pytest.raises(KeyError, match=r"memories has entries for unknown agent id\(s\) \['agent_0'\]"):
+        IPPO(possible_agents=["agent_2"], models={"agent_2": {"policy": policy, "value": value}},
+             memories={uid: RandomMemory(memory_size=4, num_envs=env.num_envs) for uid in ("agent_0", "agent_2")},
+             observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=cfg)

@@ -64,9 +64,10 @@ class MultiAgent(CheckpointMixin):
         possible_agents: every agent id, in a fixed order.
         models: ``{agent_id: {role: Model}}``.
         memories: ``{agent_id: Memory}``; a group stores its data in its first agent's memory.
-        observation_spaces: ``{agent_id: space}``.
-        action_spaces: ``{agent_id: space}``.
-        state_spaces: ``{agent_id: space}`` of the global state (centralised critics).
+        observation_spaces: ``{agent_id: space}``; the env's whole dict may be given (``env.observation_spaces``):
+            an algorithm that owns some of the agents (a team) keeps its own agents' entries.
+        action_spaces: ``{agent_id: space}``, likewise.
+        state_spaces: ``{agent_id: space}`` of the global state (centralised critics), likewise.
         device: where models and tensors live.
         cfg: configuration; unknown keys are an error.
     """
@@ -91,9 +92,11 @@ class MultiAgent(CheckpointMixin):
         check_config(self.cfg, self.DEFAULT_CONFIG, possible_agents=self.possible_agents,
                      per_agent_keys=self.PER_AGENT_KEYS)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.observation_spaces = self._per_agent_dict(observation_spaces, "observation_spaces")
-        self.action_spaces = self._per_agent_dict(action_spaces, "action_spaces")
-        self.state_spaces = self._per_agent_dict(state_spaces, "state_spaces") if state_spaces is not None else None
+        # a team's algorithm takes the env's whole space dicts and keeps its own agents' entries
+        self.observation_spaces = self._per_agent_dict(observation_spaces, "observation_spaces", other_agents=True)
+        self.action_spaces = self._per_agent_dict(action_spaces, "action_spaces", other_agents=True)
+        self.state_spaces = (self._per_agent_dict(state_spaces, "state_spaces", other_agents=True)
+                             if state_spaces is not None else None)
         self._check_models(models)
         if self.NEEDS_MEMORY:
             if memories is None:
@@ -129,14 +132,18 @@ class MultiAgent(CheckpointMixin):
         self._checkpoint_interval = 0
 
     # ----------------------------------------------------------------------------- setup
-    def _per_agent_dict(self, mapping: Optional[Mapping[str, Any]], name: str) -> Dict[str, Any]:
+    def _per_agent_dict(self, mapping: Optional[Mapping[str, Any]], name: str, *,
+                        other_agents: bool = False) -> Dict[str, Any]:
+        """``mapping``'s entries for ``possible_agents``, every one required; entries for other ids are an
+        error unless ``other_agents`` (the env's space dicts, which also hold other teams' agents).
+        """
         if not isinstance(mapping, Mapping):
             raise TypeError(f"{name} must be a dict keyed by agent id, got {type(mapping).__name__}")
         missing = [uid for uid in self.possible_agents if uid not in mapping]
         if missing:
             raise KeyError(f"{name} has no entry for agent(s) {missing}; it needs one per possible agent")
         unknown = [uid for uid in mapping if uid not in self.possible_agents]
-        if unknown:
+        if unknown and not other_agents:
             raise KeyError(f"{name} has entries for unknown agent id(s) {unknown}; possible agents: "
                            f"{self.possible_agents}")
         return {uid: mapping[uid] for uid in self.possible_agents}
