@@ -1,5 +1,7 @@
 """Small PettingZoo envs (Parallel and AEC) written for the tests: deterministic and fast."""
 
+import os
+
 import gymnasium
 import numpy as np
 from pettingzoo import AECEnv, ParallelEnv
@@ -228,3 +230,48 @@ class CallAndAnswerEnv(AECEnv):
             self.terminations = dict.fromkeys(self.agents, True)
             self.agent_selection = "caller"
         self._accumulate_rewards()
+
+
+class FlakyEnv(CountingEnv):
+    """CountingEnv (5 steps, nobody leaves) whose copies fail on purpose, and whose observations name the
+    episode: ``[episode id, step, agent index]``, the id unique among the episodes of this process.
+
+    The copy playing episode ``fail_episode`` raises at step ``fail_at`` (``how="raise"``), or ends its
+    process (``how="exit"``, to kill a worker) if it is the first to create the file ``marker``.
+    """
+
+    episodes_started = 0
+    failed_episode = None
+
+    def __init__(self, fail_episode=None, fail_at=3, how="raise", marker=None, reset_fails=False):
+        super().__init__(max_steps=5, leave_at=-1)
+        self.fail_episode, self.fail_at, self.how, self.marker = fail_episode, fail_at, how, marker
+        self.reset_fails = reset_fails
+        self.episode = None
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(-np.inf, np.inf, shape=(3,), dtype=np.float32)
+
+    def _obs(self, agent, action=0.0):
+        return np.array([self.episode, self.t, self.possible_agents.index(agent)], dtype=np.float32)
+
+    def reset(self, seed=None, options=None):
+        if self.reset_fails:
+            raise RuntimeError("simulated reset failure")
+        FlakyEnv.episodes_started += 1
+        self.episode = FlakyEnv.episodes_started
+        return super().reset(seed=seed, options=options)
+
+    def step(self, actions):
+        if self.episode == self.fail_episode and self.t + 1 == self.fail_at:
+            FlakyEnv.failed_episode = self.episode
+            if self.how == "exit":
+                try:  # only the first copy to get here creates the marker, and ends its process
+                    os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    pass
+                else:
+                    os._exit(3)
+            else:
+                raise RuntimeError(f"simulated failure in episode {self.episode}")
+        return super().step(actions)

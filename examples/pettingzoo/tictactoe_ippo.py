@@ -22,7 +22,7 @@ from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 NUM_ENVS = 64  # games played together
-TIMESTEPS = 300_000  # moves of training (all games counted)
+TIMESTEPS = 600_000  # moves of training (all games counted)
 DIRECTORY = "runs/tictactoe_ippo"
 
 
@@ -68,7 +68,7 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> I
     cfg["mini_batches"] = 4
     cfg["learning_rate"] = 1e-3
     cfg["discount_factor"] = 0.99
-    cfg["entropy_loss_scale"] = 0.01
+    cfg["entropy_loss_scale"] = 0.1  # keeps both seats exploring, so the policy also meets weak moves
     cfg["experiment"]["directory"] = directory
     cfg.update(overrides)
     memories = {uid: RandomMemory(memory_size=cfg["rollouts"], num_envs=env.num_envs) for uid in env.possible_agents}

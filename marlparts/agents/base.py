@@ -290,6 +290,22 @@ class MultiAgent(CheckpointMixin):
                           infos: Mapping[str, Any], timestep: int, timesteps: int) -> None:
         """Store one step of experience (the infos are those returned with ``next_observations``)."""
 
+    def drop_episodes(self, copies: torch.Tensor, lengths: torch.Tensor) -> None:
+        """Leave out of every loss the stored steps of episodes whose env copy failed: for each copy ``e`` in
+        ``copies`` (``(num_envs,)`` bool), its last ``lengths[e]`` stored steps are marked inactive.
+        Called by the trainer after ``record_transition``, before ``post_interaction``.
+        """
+        for group in self.groups:
+            memory = group.memory
+            if memory is None or "active" not in memory.tensors:
+                continue
+            size = memory.memory_size
+            # how many steps ago each row was written: 0 for the row of this step
+            age = (memory.memory_index - 1 - torch.arange(size, device=copies.device)) % size
+            drop = (age.unsqueeze(1) < lengths.to(age.device).unsqueeze(0)) & copies.bool().unsqueeze(0)
+            active = memory.get_tensor_by_name("active")
+            active[drop.to(active.device)] = False
+
     def pre_interaction(self, timestep: int, timesteps: int) -> None:
         """Called before each :meth:`act` in training."""
 

@@ -1,13 +1,12 @@
 """Stepping a block of PettingZoo Parallel env copies into preallocated NumPy buffers.
 
-The same :class:`CopyBlock` runs all copies in the main process, or a slice of them in
-each worker process, where the buffers live in shared memory. Only short commands cross
-the process boundary; observations, rewards and flags are written in place.
+The same :class:`CopyBlock` runs all copies in the main process (:class:`InProcessCopies`), or a
+slice of them in each worker process (:mod:`marlparts.envs.workers`), where the buffers live in
+shared memory.
 """
 
-import multiprocessing as mp
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import gymnasium
 import numpy as np
@@ -18,12 +17,31 @@ from marlparts.utils.spaces import flatten_into
 BUFFER_DTYPES = {
     "obs": np.float32, "final_obs": np.float32, "reward": np.float32, "terminated": np.bool_,
     "truncated": np.bool_, "active": np.bool_, "episode_end": np.bool_, "state": np.float32,
-    "final_state": np.float32, "mask": np.bool_, "final_mask": np.bool_, "action": np.float64,
+    "final_state": np.float32, "mask": np.bool_, "final_mask": np.bool_, "action": np.float64, "failed": np.bool_,
 }
 
 
 class EnvCopyError(RuntimeError):
     """An environment copy raised inside ``reset`` or ``step``; the message names the copy."""
+
+
+class CopyFailure(NamedTuple):
+    """A copy that raised and was rebuilt: its ``row``, ``what`` it was doing (``"step"``, ``"reset"``), the
+    error's text with its traceback, and the exception itself where it was raised in this process.
+    """
+
+    row: int
+    what: str
+    message: str
+    error: Optional[BaseException]
+
+
+class _CopyRaised(Exception):
+    """Raised inside :class:`CopyBlock` when the env of ``row`` raised while doing ``what``."""
+
+    def __init__(self, row: int, what: str, error: BaseException) -> None:
+        super().__init__(f"env copy {row} raised in {what}: {error!r}")
+        self.row, self.what, self.error = row, what, error
 
 
 def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
@@ -33,6 +51,7 @@ def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
         "obs": (num_envs, layout.observations.total), "final_obs": (num_envs, layout.observations.total),
         "reward": (num_envs, n), "terminated": (num_envs, n), "truncated": (num_envs, n),
         "active": (num_envs, n), "episode_end": (num_envs, 1), "action": (num_envs, layout.actions.total),
+        "failed": (num_envs, 1),
     }
     shapes["final_state"] = (num_envs, layout.state_size)
     if layout.state_from_env:
@@ -64,15 +83,25 @@ def as_arrays(raw: Dict[str, Any], layout: EnvLayout, num_envs: int) -> Dict[str
 class CopyBlock:
     """Env copies ``rows`` of a batch, reading actions from and writing results to ``buffers``.
 
+    A copy that raises inside ``step`` or ``reset`` (its own code, not a check of this block) is, with
+    ``factory`` given, closed and rebuilt, and the new copy reset: its row is marked ``failed`` and
+    ``episode_end``, the episode it was playing is over, and the step's results for it are the new
+    episode's first observations (zero rewards, no termination). Without ``factory`` the error is
+    raised as :class:`EnvCopyError`.
+
     Args:
         envs: the PettingZoo Parallel env copies, one per row.
         rows: the batch rows these copies own.
         layout: spaces and column layouts.
         buffers: the whole batch's NumPy buffers.
+        factory: builds a new copy in place of one that failed (None: failures are raised).
     """
 
-    def __init__(self, envs: List[Any], rows: Sequence[int], layout: EnvLayout, buffers: Dict[str, np.ndarray]) -> None:
+    def __init__(self, envs: List[Any], rows: Sequence[int], layout: EnvLayout, buffers: Dict[str, np.ndarray],
+                 factory: Optional[Callable[[], Any]] = None) -> None:
         self.envs = envs
+        self.factory = factory
+        self.rebuilds = 0
         self.rows = list(rows)
         self.layout = layout
         self.b = buffers
@@ -82,56 +111,103 @@ class CopyBlock:
         self.mask_columns = {uid: layout.masks.columns(uid) for uid in layout.possible_agents} if layout.has_masks else {}
         self.frames: Optional[List[Any]] = None  # frames of the block's first copy while recording
 
-    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
-        """Reset every copy; copy ``row`` gets ``seeds[row]`` when seeds are given."""
-        for env, row in zip(self.envs, self.rows):
+    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> List[CopyFailure]:
+        """Reset every copy; copy ``row`` gets ``seeds[row]`` when seeds are given. The copies that raised
+        and were rebuilt are returned.
+        """
+        failures = []
+        for index, (env, row) in enumerate(zip(self.envs, self.rows)):
+            self.b["failed"][row] = False
             try:
-                obs, infos = env.reset(seed=None if seeds is None else seeds[row])
-            except Exception as error:
-                raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
-            self._check_spaces(env, row)
-            self._clear_step_flags(row)
-            self._write_observations(env, row, obs, infos, ended=())
+                self._reset_copy(env, row, None if seeds is None else seeds[row])
+            except _CopyRaised as raised:
+                failures.append(self._rebuild(index, raised))
+                self.b["failed"][row] = False  # no episode was under way
+                self.b["episode_end"][row] = False
+        return failures
 
-    def step(self) -> None:
-        """Step every copy with the actions in the action buffer; ended copies reset themselves."""
-        for env, row in zip(self.envs, self.rows):
-            actions = {uid: self._action(row, uid) for uid in env.agents}
+    def step(self) -> List[CopyFailure]:
+        """Step every copy with the actions in the action buffer; ended copies reset themselves. The
+        copies that raised and were rebuilt are returned.
+        """
+        failures = []
+        for index, (env, row) in enumerate(zip(self.envs, self.rows)):
+            self.b["failed"][row] = False
             try:
-                obs, rewards, terminated, truncated, infos = env.step(actions)
-            except Exception as error:
-                raise EnvCopyError(f"env copy {row} raised in step: {error!r}") from error
-            if self.frames is not None and env is self.envs[0]:
-                self.frames.append(env.render())  # before an ended episode's reset: its last frame
-            self._clear_step_flags(row)
-            reward_row, term_row, trunc_row = self.b["reward"][row], self.b["terminated"][row], self.b["truncated"][row]
-            index = self.agent_index
-            for uid, value in rewards.items():
-                reward_row[index[uid]] = value
-            ended = []
-            for uid, flag in terminated.items():
-                if flag:
-                    term_row[index[uid]] = True
+                self._step_copy(env, row)
+            except _CopyRaised as raised:
+                failures.append(self._rebuild(index, raised))
+        return failures
+
+    def _reset_copy(self, env: Any, row: int, seed: Optional[int]) -> None:
+        try:
+            obs, infos = env.reset(seed=seed)
+        except Exception as error:
+            raise _CopyRaised(row, "reset", error) from error
+        self._check_spaces(env, row)
+        self._clear_step_flags(row)
+        self._write_observations(env, row, obs, infos, ended=())
+
+    def _rebuild(self, index: int, raised: _CopyRaised) -> CopyFailure:
+        """Close the copy that raised, build and reset a new one in its place; its row ends its episode."""
+        row = raised.row
+        if self.factory is None:
+            raise EnvCopyError(str(raised)) from raised.error
+        message = f"{raised}\n{''.join(traceback.format_exception(raised.error))}"
+        try:
+            self.envs[index].close()
+        except Exception:  # a broken copy may fail to close: it is dropped all the same
+            pass
+        self.rebuilds += 1
+        env = self.envs[index] = self.factory()
+        seed = int(np.random.SeedSequence([row, self.rebuilds]).generate_state(1)[0])
+        try:
+            self._reset_copy(env, row, seed)
+        except _CopyRaised as again:
+            raise EnvCopyError(f"env copy {row} was rebuilt after it raised in {raised.what}, and the new copy raised "
+                               f"in reset: {again.error!r}") from again.error
+        self.b["episode_end"][row] = True
+        self.b["failed"][row] = True
+        return CopyFailure(row, raised.what, message, raised.error)
+
+    def _step_copy(self, env: Any, row: int) -> None:
+        """Step one copy (and reset it if its episode ended); raises :class:`_CopyRaised` if the env raised."""
+        actions = {uid: self._action(row, uid) for uid in env.agents}
+        try:
+            obs, rewards, terminated, truncated, infos = env.step(actions)
+        except Exception as error:
+            raise _CopyRaised(row, "step", error) from error
+        if self.frames is not None and env is self.envs[0]:
+            self.frames.append(env.render())  # before an ended episode's reset: its last frame
+        self._clear_step_flags(row)
+        reward_row, term_row, trunc_row = self.b["reward"][row], self.b["terminated"][row], self.b["truncated"][row]
+        index = self.agent_index
+        for uid, value in rewards.items():
+            reward_row[index[uid]] = value
+        ended = []
+        for uid, flag in terminated.items():
+            if flag:
+                term_row[index[uid]] = True
+                ended.append(uid)
+        for uid, flag in truncated.items():
+            if flag:
+                trunc_row[index[uid]] = True
+                if not terminated.get(uid, False):
                     ended.append(uid)
-            for uid, flag in truncated.items():
-                if flag:
-                    trunc_row[index[uid]] = True
-                    if not terminated.get(uid, False):
-                        ended.append(uid)
-            if not env.agents:
-                self._write_observations(env, row, obs, infos, ended=set(obs))
+        if not env.agents:
+            self._write_observations(env, row, obs, infos, ended=set(obs))
+            self._write_final_state(row)
+            self.b["episode_end"][row] = True
+            try:
+                obs, infos = env.reset()
+            except Exception as error:
+                raise _CopyRaised(row, "reset", error) from error
+            self._check_spaces(env, row)
+            self._write_observations(env, row, obs, infos, ended=())
+        else:
+            self._write_observations(env, row, obs, infos, ended=ended)
+            if ended:
                 self._write_final_state(row)
-                self.b["episode_end"][row] = True
-                try:
-                    obs, infos = env.reset()
-                except Exception as error:
-                    raise EnvCopyError(f"env copy {row} raised in reset: {error!r}") from error
-                self._check_spaces(env, row)
-                self._write_observations(env, row, obs, infos, ended=())
-            else:
-                self._write_observations(env, row, obs, infos, ended=ended)
-                if ended:
-                    self._write_final_state(row)
 
     def render(self) -> Any:
         """Render the first copy of the block."""
@@ -244,53 +320,21 @@ class CopyBlock:
         return None
 
 
-def _worker_main(connection: Any, factory: Callable[[], Any], rows: List[int], layout: EnvLayout,
-                 raw_buffers: Dict[str, Any], num_envs: int) -> None:
-    """Command loop of one worker process: ``reset``, ``step``, ``render``, ``close``."""
-    block = None
-    try:
-        block = CopyBlock([factory() for _ in rows], rows, layout, as_arrays(raw_buffers, layout, num_envs))
-        connection.send(("ok", None))
-        while True:
-            command, argument = connection.recv()
-            try:
-                if command == "reset":
-                    block.reset(argument)
-                    connection.send(("ok", None))
-                elif command == "step":
-                    block.step()
-                    connection.send(("ok", None))
-                elif command == "render":
-                    connection.send(("ok", block.render()))
-                elif command == "close":
-                    block.close()
-                    connection.send(("ok", None))
-                    return
-            except Exception as error:  # report to the main process, which raises
-                connection.send(("error", f"{error}\n{traceback.format_exc()}"))
-    except (EOFError, KeyboardInterrupt, BrokenPipeError):
-        pass
-    except Exception as error:
-        try:
-            connection.send(("error", f"worker failed to start: {error!r}\n{traceback.format_exc()}"))
-        except (BrokenPipeError, OSError):
-            pass
-
-
 class InProcessCopies:
     """All copies stepped one after another in the calling process."""
 
-    def __init__(self, envs: List[Any], layout: EnvLayout, num_envs: int) -> None:
+    def __init__(self, envs: List[Any], layout: EnvLayout, num_envs: int,
+                 factory: Optional[Callable[[], Any]] = None) -> None:
         self.buffers = allocate_buffers(layout, num_envs, shared=False)
-        self.block = CopyBlock(envs, range(num_envs), layout, self.buffers)
+        self.block = CopyBlock(envs, range(num_envs), layout, self.buffers, factory)
 
-    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
-        """Reset every copy (copy ``i`` with ``seeds[i]`` if given)."""
-        self.block.reset(seeds)
+    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> List[CopyFailure]:
+        """Reset every copy (copy ``i`` with ``seeds[i]`` if given); the copies rebuilt on the way."""
+        return self.block.reset(seeds)
 
-    def step(self) -> None:
-        """Step every copy."""
-        self.block.step()
+    def step(self) -> List[CopyFailure]:
+        """Step every copy; the copies rebuilt on the way."""
+        return self.block.step()
 
     def render(self) -> Any:
         """Render copy 0."""
@@ -307,82 +351,3 @@ class InProcessCopies:
     def close(self) -> None:
         """Close every copy."""
         self.block.close()
-
-
-class WorkerCopies:
-    """Copies split over ``workers`` processes that step in parallel, writing to shared memory.
-
-    Worker processes are forked where the platform allows it, so an env factory may be a
-    lambda; elsewhere the factory must be picklable.
-    """
-
-    def __init__(self, factory: Callable[[], Any], layout: EnvLayout, num_envs: int, workers: int) -> None:
-        if workers > num_envs:
-            raise ValueError(f"workers={workers} is more than num_envs={num_envs}")
-        methods = mp.get_all_start_methods()
-        context = mp.get_context("fork" if "fork" in methods else "spawn")
-        raw = allocate_buffers(layout, num_envs, shared=True, context=context)
-        self.buffers = as_arrays(raw, layout, num_envs)
-        self.connections, self.processes = [], []
-        for rows in np.array_split(np.arange(num_envs), workers):
-            parent, child = context.Pipe()
-            process = context.Process(target=_worker_main, daemon=True,
-                                      args=(child, factory, [int(r) for r in rows], layout, raw, num_envs))
-            process.start()
-            child.close()
-            self.connections.append(parent)
-            self.processes.append(process)
-        self._collect("start")
-
-    def _broadcast(self, command: str, argument: Any = None) -> List[Any]:
-        for connection in self.connections:
-            connection.send((command, argument))
-        return self._collect(command)
-
-    def _collect(self, command: str) -> List[Any]:
-        results, errors = [], []
-        for index, connection in enumerate(self.connections):
-            try:
-                status, payload = connection.recv()
-            except EOFError:
-                status, payload = "error", "the worker process died"
-            if status == "error":
-                errors.append(f"worker {index} during {command}: {payload}")
-            results.append(payload)
-        if errors:
-            raise EnvCopyError("\n".join(errors))
-        return results
-
-    def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> None:
-        """Reset every copy (copy ``i`` with ``seeds[i]`` if given)."""
-        self._broadcast("reset", None if seeds is None else list(seeds))
-
-    def step(self) -> None:
-        """Step every copy, all workers at once."""
-        self._broadcast("step")
-
-    def render(self) -> Any:
-        """Render copy 0 (in worker 0)."""
-        self.connections[0].send(("render", None))
-        status, payload = self.connections[0].recv()
-        if status == "error":
-            raise EnvCopyError(f"worker 0 during render: {payload}")
-        return payload
-
-    def start_recording(self) -> None:
-        """Frames stay in the worker processes: record from copies stepped in this process."""
-        raise ValueError("video recording needs env copies stepped in this process (workers=0); the evaluation "
-                         "copies the trainer makes are")
-
-    def close(self) -> None:
-        """Close the copies and join the workers."""
-        for connection in self.connections:
-            try:
-                connection.send(("close", None))
-                connection.recv()
-            except (BrokenPipeError, EOFError, OSError):
-                pass
-        for process in self.processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.terminate()

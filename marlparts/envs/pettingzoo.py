@@ -1,13 +1,15 @@
 """PettingZoo Parallel environments (and the MPE tasks of ``mpe2``) as a batched :class:`MultiAgentEnv`."""
 
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import gymnasium
 import numpy as np
 import torch
 
 from marlparts.envs.base import MultiAgentEnv
-from marlparts.envs.copies import InProcessCopies, WorkerCopies
+from marlparts.envs.copies import CopyFailure, EnvCopyError, InProcessCopies
+from marlparts.envs.workers import WorkerCopies
 from marlparts.envs.layout import EnvLayout
 from marlparts.envs.turns import TurnBasedFactory, TurnBasedParallelEnv, is_aec_env
 from marlparts.utils.agent_tensors import AgentTensors
@@ -40,15 +42,23 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         state_source: ``"auto"`` (``env.state()`` where the env has it, else all observations
             concatenated in ``possible_agents`` order), ``"env"`` or ``"observations"``.
         check_finite: raise on a NaN or infinite observation or reward, naming agent, copy and step.
+        max_env_failures: how many times env copies may raise in ``step`` or ``reset`` before the error
+            is raised (0: at once). Below it, a copy that raises is rebuilt with the factory (a worker
+            process that dies is started again), a warning names the copy and the error, the episode
+            it was playing is dropped (``infos["failed"]`` marks its row; the trainer leaves it out of
+            statistics and the algorithms out of their memories), and ``env_failures`` counts it.
     """
 
     def __init__(self, env: Union[Callable[[], Any], Any], *, num_envs: int = 1, workers: int = 0,
                  seed: Optional[int] = None, device: Union[str, torch.device] = "cpu",
-                 state_source: str = "auto", check_finite: bool = True, seed_stream: int = TRAINING_STREAM) -> None:
+                 state_source: str = "auto", check_finite: bool = True, seed_stream: int = TRAINING_STREAM,
+                 max_env_failures: int = 0) -> None:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
+        if not isinstance(max_env_failures, int) or max_env_failures < 0:
+            raise ValueError(f"max_env_failures must be an int >= 0, got {max_env_failures!r}")
         is_factory = callable(env) and not hasattr(env, "possible_agents")
         if not is_factory and (num_envs > 1 or workers > 0):
             raise ValueError("pass a factory that builds one copy (e.g. `lambda: simple_spread_v3.parallel_env()`) "
@@ -64,7 +74,12 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         _, reset_infos = probe.reset(seed=seed)
         self.layout = EnvLayout(probe, reset_infos, state_source=state_source)
         self._factory = env if is_factory else None
-        self._options = {"device": device, "state_source": state_source, "check_finite": check_finite}
+        self._options = {"device": device, "state_source": state_source, "check_finite": check_finite,
+                         "max_env_failures": max_env_failures}
+        if max_env_failures and not is_factory:
+            raise ValueError("max_env_failures needs a factory that builds one copy, to rebuild a copy that failed")
+        self.max_env_failures = max_env_failures
+        self.env_failures = 0
         self.possible_agents = list(self.layout.possible_agents)
         self._agent_ids = frozenset(self.possible_agents)
         self.num_envs = num_envs
@@ -77,10 +92,10 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         self._steps = 0
         if workers > 0:
             probe.close()
-            self.copies = WorkerCopies(env, self.layout, num_envs, workers)
+            self.copies = WorkerCopies(env, self.layout, num_envs, workers, recover=max_env_failures > 0)
         else:
             envs = [probe] + [env() for _ in range(num_envs - 1)]
-            self.copies = InProcessCopies(envs, self.layout, num_envs)
+            self.copies = InProcessCopies(envs, self.layout, num_envs, env if max_env_failures else None)
         self._buffers = self.copies.buffers
         self._reset_done = False
         self._closed = False
@@ -109,7 +124,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         """
         if seed is not None:
             self.copy_seeds = copy_seeds(seed, self.num_envs, self.seed_stream, self.rank)
-        self.copies.reset(self.copy_seeds if seed is not None or not self._reset_done else None)
+        self._count_failures(self.copies.reset(self.copy_seeds if seed is not None or not self._reset_done else None))
         self._reset_done = True
         self._steps = 0
         self._check_finite(("obs",))
@@ -130,7 +145,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         if not self._reset_done:
             raise RuntimeError("call reset() before step()")
         self._write_actions(actions)
-        self.copies.step()
+        self._count_failures(self.copies.step())
         self._steps += 1
         self._check_finite(("obs", "reward", "final_obs"))
         b = self._buffers
@@ -165,6 +180,16 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             self._closed = True
             self.copies.close()
 
+    def _count_failures(self, failures: List[CopyFailure]) -> None:
+        """Warn of each copy rebuilt; raise its error once more than ``max_env_failures`` happened."""
+        for failure in failures:
+            self.env_failures += 1
+            if self.env_failures > self.max_env_failures:
+                raise EnvCopyError(f"env copies failed {self.env_failures} times, more than max_env_failures="
+                                   f"{self.max_env_failures}; the last failure:\n{failure.message}") from failure.error
+            warnings.warn(f"{failure.message.splitlines()[0]}; the copy was rebuilt and its episode dropped (failure "
+                          f"{self.env_failures} of at most {self.max_env_failures})", RuntimeWarning, stacklevel=3)
+
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array.copy()).to(self.device)
 
@@ -175,6 +200,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             "active": AgentTensors(self._tensor(b["active"]), layout.agents),
             "episode_end": self._tensor(b["episode_end"]),
             "final_observation": AgentTensors(self._tensor(final_obs), layout.observations),
+            "failed": self._tensor(b["failed"]),
         }
         infos["final_state"] = self._tensor(b["final_state"])
         if layout.has_masks:

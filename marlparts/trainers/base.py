@@ -16,12 +16,16 @@ from marlparts.utils.devices import same_device
 class EpisodeEnds(NamedTuple):
     """The episodes that ended at one step: ``copies`` ``(num_envs,)`` bool, the copies whose episode
     ended; ``returns`` ``(ended, num_agents)``, each ended episode's return per agent; ``lengths``
-    ``(ended,)``, each ended episode's number of steps.
+    ``(ended,)``, each ended episode's number of steps; ``dropped`` ``(num_envs,)`` bool, the copies whose
+    env failed (their episode is not counted), and ``dropped_lengths`` ``(num_envs,)``, the steps of each
+    such episode (0 elsewhere), this one included.
     """
 
     copies: torch.Tensor
     returns: torch.Tensor
     lengths: torch.Tensor
+    dropped: torch.Tensor
+    dropped_lengths: torch.Tensor
 
 
 class EpisodeStatistics:
@@ -40,7 +44,9 @@ class EpisodeStatistics:
 
     def step(self, rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
              truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> EpisodeEnds:
-        """Add one step; return the episodes of the copies that just ended."""
+        """Add one step; return the episodes of the copies that just ended. The episode of a copy whose
+        env failed (``infos["failed"]``) is dropped, not returned.
+        """
         self.returns += stack_agents(rewards, self.possible_agents).squeeze(-1).to(self.returns.dtype)
         self.lengths += 1
         ended = infos.get("episode_end") if infos else None
@@ -48,11 +54,16 @@ class EpisodeStatistics:
             done = stack_agents(terminated, self.possible_agents) | stack_agents(truncated, self.possible_agents)
             ended = done.all(dim=1)
         ended = ended.reshape(-1).bool()
-        if not ended.any():
-            return EpisodeEnds(ended, self.returns[:0], self.lengths[:0])
-        finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone())
-        self.returns[ended] = 0.0
-        self.lengths[ended] = 0
+        failed = infos.get("failed") if infos else None
+        dropped = torch.zeros_like(ended) if failed is None else failed.reshape(-1).bool()
+        dropped_lengths = torch.where(dropped, self.lengths, 0)
+        ended = ended & ~dropped
+        if not (ended.any() or dropped.any()):
+            return EpisodeEnds(ended, self.returns[:0], self.lengths[:0], dropped, dropped_lengths)
+        finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone(), dropped, dropped_lengths)
+        over = ended | dropped
+        self.returns[over] = 0.0
+        self.lengths[over] = 0
         return finished
 
     def reset(self) -> None:

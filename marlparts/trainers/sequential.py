@@ -99,6 +99,8 @@ class SequentialTrainer(Trainer):
                 ends = self.statistics.step(rewards, terminated, truncated, next_infos)
                 if ends.returns.shape[0]:
                     self._episodes_ended(ends.returns, ends.lengths, recent)
+                if bool(ends.dropped.any()):
+                    self._episodes_dropped(ends.dropped, ends.dropped_lengths)
                 clock.append(time.perf_counter())
                 for agent in self.agents:
                     agent.post_interaction(timestep, end)
@@ -145,6 +147,13 @@ class SequentialTrainer(Trainer):
                     for name, means in team_means.items():
                         agent.tracker.add(f"Episode / team return / {name}", means.mean().item())
         self.notify("on_episode_end", returns, lengths)
+
+    def _episodes_dropped(self, copies: torch.Tensor, lengths: torch.Tensor) -> None:
+        """The episodes of env copies that failed: every algorithm drops their stored steps, and counts them."""
+        for agent in self.agents:
+            agent.drop_episodes(copies, lengths)
+            if agent.tracker is not None:
+                agent.tracker.add("Env / failed episodes", float(copies.sum()))
 
     def _track_step_times(self, clock: List[float]) -> None:
         """The step's time split (acting, env, storing, update with logging and checkpoints) and its rate."""
