@@ -81,3 +81,23 @@ def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_eac
     (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
     evaluated = run("--eval", "--checkpoint", checkpoint, *common)
     assert "trained" not in evaluated and len(evaluated.splitlines()) == 2
+
+
+@pytest.mark.parametrize("name, first_team", [("simple_tag_teams", "MAPPO"), ("simple_adversary_teams", "MAPPO")])
+def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(name, first_team, tmp_path):
+    output = run_example(name, "--timesteps", 1600, "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
+    checkpoints = sorted(tmp_path.glob("*/checkpoints/final_agent.pt"))
+    assert len(checkpoints) == 2 and f"checkpoint of {first_team}" in output
+    assert output.count("against a random") + output.count("against random") == 2
+    by_team = {path.parent.parent.name.rsplit("_", 1)[1]: path for path in checkpoints}
+    second_team = next(team for team in by_team if team != first_team)
+    evaluated = run_example(name, "--eval", "--checkpoint", by_team[first_team], by_team[second_team],
+                            "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
+    assert "checkpoint of" not in evaluated and evaluated.count("random") == 4
+
+
+def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path):
+    output = run_example("simple_speaker_listener_mappo", "--timesteps", 3200, "--num-envs", 8, "--episodes", 8,
+                         "--directory", tmp_path)
+    assert "greedy evaluation over 8 episodes: mean return" in output
+    assert "speaker_0" in output and "listener_0" in output and "(random " in output

@@ -275,3 +275,49 @@ class FlakyEnv(CountingEnv):
             else:
                 raise RuntimeError(f"simulated failure in episode {self.episode}")
         return super().step(actions)
+
+
+class LeaveBeforeTheStormEnv(ParallelEnv):
+    """Agents that leave mid-episode, with a known best play. Six steps; observation ``[t / 5, t % 2, agent
+    index]``.
+
+    ``swimmer`` either stays (0), paid 1 for the step, or leaves (1), paid nothing, its episode ended
+    (terminated). A storm comes at step 3: a swimmer still in the water at the end of that step is paid
+    -10 and its episode ends. The best play is to stay for steps 0, 1 and 2 and leave at step 3, a
+    return of 3. ``keeper`` stays to the end (the game ends after step 5) and is paid 1 at each step where
+    its action is ``t % 2``: a best return of 6, earned partly after the swimmer has left.
+    """
+
+    metadata = {"name": "leave_before_the_storm_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["swimmer", "keeper"]
+        self.agents, self.t = [], 0
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Box(0.0, 1.0, shape=(3,), dtype=np.float32)
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def _observations(self):
+        return {a: np.array([self.t / 5, self.t % 2, self.possible_agents.index(a)], dtype=np.float32)
+                for a in self.agents}
+
+    def reset(self, seed=None, options=None):
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._observations(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        rewards = {"keeper": float(int(actions["keeper"]) == self.t % 2)}
+        terminated = {"keeper": self.t == 5}  # the game is over: nothing to bootstrap from
+        if "swimmer" in self.agents:
+            leaves, storm = int(actions["swimmer"]) == 1, self.t == 3
+            rewards["swimmer"] = 0.0 if leaves else (-10.0 if storm else 1.0)
+            terminated["swimmer"] = leaves or storm
+        truncated = dict.fromkeys(self.agents, False)
+        self.t += 1
+        observations = self._observations()
+        infos = {a: {} for a in self.agents}
+        self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
+        return observations, rewards, terminated, truncated, infos

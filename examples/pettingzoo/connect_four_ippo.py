@@ -22,16 +22,32 @@ from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 NUM_ENVS = 64  # games played together
-TIMESTEPS = 600_000  # moves of training (all games counted)
+TIMESTEPS = 2_000_000  # moves of training (all games counted)
 DIRECTORY = "runs/connect_four_ippo"
 
 
+class Board(torch.nn.Module):
+    """Convolutions over the ``(6, 7, 2)`` board (the player's pieces, the opponent's), then an MLP."""
+
+    def __init__(self, outputs: int, output_gain: float = 1.0):
+        super().__init__()
+        # every 4 x 4 window of the board: where a line of four can be made or blocked
+        self.convolutions = torch.nn.Sequential(torch.nn.Conv2d(2, 32, kernel_size=4), torch.nn.ReLU(),
+                                                torch.nn.Flatten())
+        self.head = mlp(32 * 3 * 4, outputs, hidden_sizes=(128,), activation=torch.nn.ReLU, output_gain=output_gain)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        """``observations`` ``(batch, 84)``: the flattened board."""
+        board = observations.reshape(-1, 6, 7, 2).permute(0, 3, 1, 2)
+        return self.head(self.convolutions(board))
+
+
 class Policy(CategoricalMixin, Model):
-    """An MLP that outputs the logits of the move; the env's action mask removes illegal moves."""
+    """The logits of the column to play; the env's action mask removes full columns."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(128, 128), output_gain=0.01)
+        self.net = Board(self.num_actions, output_gain=0.01)
 
     def compute(self, inputs, role=""):
         """Logits for ``inputs["observations"]``."""
@@ -39,11 +55,11 @@ class Policy(CategoricalMixin, Model):
 
 
 class Value(DeterministicMixin, Model):
-    """An MLP that outputs the value of a player's view of the board."""
+    """The value of a player's view of the board."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(128, 128))
+        self.net = Board(self.num_outputs)
 
     def compute(self, inputs, role=""):
         """Value of ``inputs["observations"]``."""

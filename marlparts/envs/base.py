@@ -17,8 +17,10 @@ class MultiAgentEnv:
       next step), ``"episode_end"`` (``(num_envs, 1)`` bool: the copy ended and was reset),
       ``"final_observation"`` (``{uid: (num_envs, obs_size)}``: the last observation of an
       agent whose episode ended at this step; read it only there: elsewhere it holds zeros or, for batched
-      simulators, the observation just returned), ``"final_state"``, and
-      ``"action_mask"`` (``{uid: (num_envs, n)}`` bool) where the environment has masks.
+      simulators, the observation just returned), ``"final_state"``,
+      ``"action_mask"`` (``{uid: (num_envs, n)}`` bool) where the environment has masks, and
+      ``"failed"`` (``(num_envs, 1)`` bool) where copies can fail and be rebuilt: the copy's env
+      raised, and the episode it was playing is to be dropped.
 
     Copies reset themselves when their episode ends, so the observation returned for an
     ended copy is already the first one of its next episode. Where a simulator cannot give the final

@@ -143,3 +143,8 @@ def check_seats(opponents: Optional[Opponents], owned: Sequence[str]) -> None:
     if taken:
         raise ValueError(f"agent id(s) {taken} are given to opponents and controlled by an algorithm; for training, "
                          "each seat has one controller (trainer.eval(opponents=...) may replace an algorithm's seats)")
+
+
+def random_team(agent_ids: Sequence[str]) -> Dict[str, str]:
+    """``{agent_id: "random"}`` for every id: a team of uniform random players, for ``opponents=``."""
+    return {uid: "random" for uid in agent_ids}
