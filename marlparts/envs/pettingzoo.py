@@ -9,9 +9,9 @@ import torch
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import CopyFailure, EnvCopyError, InProcessCopies
-from marlparts.envs.workers import WorkerCopies
 from marlparts.envs.layout import EnvLayout
 from marlparts.envs.turns import TurnBasedFactory, TurnBasedParallelEnv, is_aec_env
+from marlparts.envs.workers import WorkerCopies
 from marlparts.utils.agent_tensors import AgentTensors
 from marlparts.utils.distributed import rank_and_world_size
 from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, copy_seeds
