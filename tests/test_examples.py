@@ -101,3 +101,21 @@ def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path):
                          "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert "speaker_0" in output and "listener_0" in output and "(random " in output
+
+
+@pytest.mark.parametrize("name", ["knights_archers_zombies_mappo", "knights_archers_zombies_ippo"])
+def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path):
+    script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
+    common = ("--num-envs", 4, "--episodes", 4, "--directory", tmp_path)
+
+    def run(*arguments):
+        done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
+                              timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    trained = run("--timesteps", 1024, *common)
+    assert "trained 1024 env steps" in trained and "zombies killed per agent" in trained and "(random actions:" in trained
+    (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
+    evaluated = run("--eval", "--checkpoint", checkpoint, *common)
+    assert "trained" not in evaluated and "greedy evaluation over 4 episodes" in evaluated
