@@ -180,3 +180,23 @@ def test_an_algorithm_that_cannot_credit_waiting_rewards_is_refused_on_a_turn_ba
     agent = build_maddpg(env)
     with pytest.raises(ValueError, match="MADDPG cannot train on a turn-based env"):
         SequentialTrainer(env=env, agents=agent)
+
+
+def test_a_function_can_play_a_seat_and_is_handed_the_seats_observation_and_mask(tmp_path):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=4, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), algorithm="ippo")
+    seen = []
+
+    def first_free_square(observation, action_mask):
+        seen.append((observation.shape, action_mask.shape))
+        return action_mask.float().argmax(dim=1, keepdim=True)  # the lowest-numbered legal square
+
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
+    report = trainer.eval(16, opponents={"player_1": first_free_square})
+    assert set(seen) == {((4, 18), (4, 9))}
+    assert report["opponents"] == ["player_1"] and sum(report["outcomes"]["player_1"].values()) == pytest.approx(1.0)
+    with pytest.raises(TypeError, match=r"opponents\['player_1'\] is a int"):
+        trainer.eval(4, opponents={"player_1": 3})
+    with pytest.raises(ValueError, match="the only named policy is 'random'"):
+        trainer.eval(4, opponents={"player_1": "greedy"})
+    env.close()

@@ -1,0 +1,89 @@
+"""Greedy return of an example's agent at several points of training, on several seeds, next to random play.
+
+    python benchmarks/learning_curve.py --example examples/mpe/simple_speaker_listener_mappo.py \\
+        --at 1000000 2000000 --seeds 0 1 2
+
+The example's own ``make_env(num_envs=..., seed=...)`` and ``make_agent(env, directory)`` build each seed's
+run in this process. At each point of ``--at`` (env steps, all copies counted) it plays ``--episodes`` greedy
+episodes on evaluation copies seeded apart from training, and once per seed as many episodes of uniform
+random actions for every agent. The results (per seed and point: mean return over agents and per agent; over
+the seeds: mean, min and max) go to ``--output`` after every evaluation.
+"""
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from throughput import load_example  # noqa: E402
+
+from marlparts.trainers import SequentialTrainer  # noqa: E402
+from marlparts.trainers.opponents import random_team  # noqa: E402
+from marlparts.utils import set_seed  # noqa: E402
+
+
+def mean_return(report: dict) -> float:
+    """The mean over agents of the per-agent mean returns of an evaluation report."""
+    return sum(report["returns"].values()) / len(report["returns"])
+
+
+def run_seed(example, seed: int, args: argparse.Namespace, directory: str, record) -> None:
+    """Train one seed, evaluating at every point of ``args.at``."""
+    set_seed(seed)
+    env = example.make_env(num_envs=args.num_envs or example.NUM_ENVS, seed=seed)
+    agent = example.make_agent(env, directory, experiment={"tensorboard": False, "csv": False,
+                                                           "checkpoint_interval": 0, "directory": directory})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
+    random_play = trainer.eval(args.episodes, opponents=random_team(env.possible_agents))
+    record(seed, "random", {"mean_return": mean_return(random_play), "returns": random_play["returns"]})
+    done, seconds = 0, 0.0
+    for point in args.at:
+        trainer.cfg["timesteps"] = (point - done) // env.num_envs
+        began = time.perf_counter()
+        trainer.train()
+        seconds += time.perf_counter() - began
+        done += trainer.cfg["timesteps"] * env.num_envs
+        report = trainer.eval(args.episodes)
+        record(seed, str(point), {"env_steps": done, "training_seconds": round(seconds, 1),
+                                  "mean_return": mean_return(report), "returns": report["returns"]})
+    env.close()
+
+
+def main() -> None:
+    """Run the seeds and write the results file."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--example", required=True, help="the example script, relative to the repository")
+    parser.add_argument("--at", type=int, nargs="+", required=True, help="env steps at which to evaluate")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--num-envs", type=int, default=None, help="env copies (default: the example's)")
+    parser.add_argument("--output", required=True, help="the JSON results file")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    example = load_example(args.example)
+    report = {"example": args.example, "episodes": args.episodes, "seeds": {}, "summary": {}}
+
+    def record(seed: int, point: str, result: dict) -> None:
+        report["seeds"].setdefault(str(seed), {})[point] = result
+        values = [runs[point]["mean_return"] for runs in report["seeds"].values() if point in runs]
+        report["summary"][point] = {"mean": statistics.mean(values), "min": min(values), "max": max(values),
+                                    "seeds": len(values)}
+        pathlib.Path(args.output).write_text(json.dumps(report, indent=1))
+        print(json.dumps({"seed": seed, "point": point, **result}), flush=True)
+
+    with tempfile.TemporaryDirectory() as directory:
+        for seed in args.seeds:
+            run_seed(example, seed, args, directory, record)
+    print(json.dumps(report["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
