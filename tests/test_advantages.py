@@ -143,3 +143,39 @@ def test_gae_with_every_step_active_is_plain_gae():
     plain, _ = compute_gae(**kwargs)
     own_steps, _ = compute_gae(active=torch.ones(shape, dtype=torch.bool), **kwargs)
     assert torch.equal(plain, own_steps)
+
+
+def test_an_action_followed_only_by_waiting_when_the_rollout_or_a_time_limit_ends_is_left_out():
+    from marlparts.agents.advantages import waiting_bootstraps
+
+    # one column per case, 4 steps; the agent acts on odd steps in column 0 and 1, on even ones in column 2
+    active = torch.tensor([[False, False, True], [True, True, False], [False, False, True], [True, False, False]])
+    terminated = torch.zeros(4, 3, dtype=torch.bool)
+    truncated = torch.zeros(4, 3, dtype=torch.bool)
+    terminated[1, 1] = True   # column 1: its episode ends at its own action at step 1 (a clean end)
+    truncated[3, 2] = True    # column 2: a time limit cuts its episode while it waits after acting at step 2
+    next_active = torch.tensor([False, False, True])  # after the rollout: column 0 still waits, column 2 acts
+    unusable = waiting_bootstraps(active=active, terminated=terminated, truncated=truncated, next_active=next_active)
+    expected = torch.zeros(4, 3, dtype=torch.bool)
+    expected[3, 0] = True   # acted at the last step, then waited past the rollout's end
+    expected[2, 2] = True   # acted, then the time limit came while it waited
+    assert torch.equal(unusable, expected)
+    everyone_acts = torch.ones(4, 3, dtype=torch.bool)
+    assert not waiting_bootstraps(active=everyone_acts, terminated=terminated, truncated=truncated,
+                                  next_active=torch.ones(3, dtype=torch.bool)).any()
+
+
+def test_ppo_leaves_out_a_move_whose_result_falls_in_the_next_rollout(tmp_path):
+    from helpers import build_mappo
+    from toy_envs import CallAndAnswerEnv
+
+    from marlparts.envs import wrap_env
+    from marlparts.trainers import SequentialTrainer
+
+    env = wrap_env(lambda: CallAndAnswerEnv(), num_envs=1, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=3)
+    # moves: caller (t=0), answerer (t=1, game over), caller (t=2): the rollout ends while the caller waits
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    active = memory.get_tensor_by_name("active")[:, 0, :, 0]
+    assert active.tolist() == [[True, False], [False, True], [False, False]]  # the caller's move at t=2: left out

@@ -96,3 +96,32 @@ def test_failures_need_a_factory_and_a_valid_limit():
         wrap_env(FlakyEnv(), max_env_failures=1)
     with pytest.raises(ValueError, match="max_env_failures must be an int >= 0"):
         wrap_env(lambda: FlakyEnv(), max_env_failures=-1)
+
+
+@pytest.mark.parametrize("algorithm", ["qmix", "vdn"])
+def test_value_decomposition_learns_nothing_from_the_steps_of_a_dropped_episode(algorithm):
+    from test_value_decomposition import QMIX, VDN
+    from test_value_decomposition import build as build_value_decomposition
+
+    torch.manual_seed(0)
+    env = flaky_env(fail_episode=3, fail_at=3)
+    agent = build_value_decomposition(env, algorithm=QMIX if algorithm == "qmix" else VDN, cfg={"learning_starts": 1000})
+    with pytest.warns(RuntimeWarning):
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 11, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    active = memory.get_tensor_by_name("active").flatten(0, 1).squeeze(-1)       # (rows, agents)
+    dropped = torch.nonzero(~active.any(-1)).flatten()
+    dropped = dropped[dropped < len(memory)]
+    assert len(dropped) == 3 and set(memory.get_tensor_by_name("observations").flatten(0, 1)[dropped][:, 0, 0].tolist()) == {3}
+    names = agent.replay_names()
+    batches = []
+    for group in agent.groups:
+        batch = dict(zip(names, group.memory.sample_by_index(names, dropped)))
+        batch["observations"] = agent._observations(group, batch["observations"])
+        batch["next_observations"] = agent._observations(group, batch["next_observations"])
+        batches.append(batch)
+    before = [parameter.clone() for record in agent.trained for parameter in record.model.parameters()]
+    agent.gradient_update(batches)
+    after = [parameter for record in agent.trained for parameter in record.model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    env.close()

@@ -63,3 +63,24 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
         waiting_truncated = ~active[t] & torch.where(ended, truncated[t] & ~terminated[t], waiting_truncated)
         waiting_final = torch.where(active[t], 0.0, torch.where(ended, final_values[t], waiting_final))
     return advantages, advantages + values
+
+
+def waiting_bootstraps(*, active: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                       next_active: torch.Tensor) -> torch.Tensor:
+    """The active steps ``(T, ...)`` bool whose advantage would rest on the value of a waiting agent's
+    observation: the agent acted, then was still waiting for its next turn when the rollout ended
+    (``next_active``: whether it acts at the step after the rollout) or when a time limit cut its episode.
+
+    A critic learns values at the steps where an agent acts; a waiting agent's observation is another
+    kind of state, never trained, so such steps are left out of the losses rather than bootstrapped
+    from it. Where every step is active there are none.
+    """
+    active = active.bool()
+    ends_waiting = ~next_active.bool()  # the rollout ends while the agent waits
+    unusable = torch.zeros_like(active)
+    for t in reversed(range(active.shape[0])):
+        ended = terminated[t].bool() | truncated[t].bool()
+        unusable[t] = active[t] & ~ended & ends_waiting
+        cut_while_waiting = truncated[t].bool() & ~terminated[t].bool()
+        ends_waiting = torch.where(active[t], False, torch.where(ended, cut_while_waiting, ends_waiting))
+    return unusable

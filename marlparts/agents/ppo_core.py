@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from marlparts.agents.advantages import compute_gae
+from marlparts.agents.advantages import compute_gae, waiting_bootstraps
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.groups import AgentGroup
 from marlparts.agents.losses import masked_mean_std
@@ -343,7 +343,9 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
     # ----------------------------------------------------------------------------- update
     def compute_advantages(self) -> None:
         """GAE over each agent's own active steps (what reaches an agent while it waits for its turn goes to
-        its last action); advantages normalised over the group's active steps.
+        its last action); advantages normalised over the group's active steps. An action after which the
+        agent was still waiting when the rollout (or a time limit) ended is marked inactive: its value
+        would rest on an untrained waiting observation (:func:`~marlparts.agents.advantages.waiting_bootstraps`).
 
         Also fixes, in the critic's (normalised) units of collection time, the targets and the
         old values the value loss compares predictions with.
@@ -354,6 +356,12 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                 next_obs = stack_agents(self._next_observations, group.uids)
                 values = memory.get_tensor_by_name("values")
                 active = memory.get_tensor_by_name("active")
+                next_active = self._next_infos.get("active") if self._next_infos else None
+                if next_active is not None:  # turn-based: an action followed only by waiting can't be valued
+                    active &= ~waiting_bootstraps(
+                        active=active, terminated=memory.get_tensor_by_name("terminated"),
+                        truncated=memory.get_tensor_by_name("truncated"),
+                        next_active=stack_agents(next_active, group.uids).bool())
                 advantages, returns = compute_gae(active=active,
                     rewards=memory.get_tensor_by_name("rewards"), values=values,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),

@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import gymnasium
 import torch
 
+from marlparts.agents.losses import masked_mean
 from marlparts.agents.off_policy import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
 from marlparts.resources.noises import linear_scale
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
@@ -141,7 +142,8 @@ class QMIX(OffPolicyMultiAgent):
             team_value = self.mix(self.mixer_record, torch.where(active, chosen, 0.0), first.get("states"), target=False)
             with torch.no_grad():
                 target = self.team_targets(batches)
-            loss = (team_value - target).square().mean()
+            # a step where no agent acted (an episode dropped after its env copy failed) holds no transition
+            loss = masked_mean((team_value - target).square(), active.any(-1))
         self.optimize(self.trained, loss)
         self.update_targets()
         return {"Loss / TD": loss, "Q / team value": team_value.detach().mean()}
