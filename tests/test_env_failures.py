@@ -125,3 +125,16 @@ def test_value_decomposition_learns_nothing_from_the_steps_of_a_dropped_episode(
     after = [parameter for record in agent.trained for parameter in record.model.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
     env.close()
+
+
+def test_a_rebuilt_copy_draws_its_seed_from_the_runs_seed():
+    seeds = []
+    for run_seed in (0, 123, 0):
+        FlakyEnv.episodes_started = 0
+        env = wrap_env(lambda: FlakyEnv(fail_episode=3, fail_at=1), num_envs=2, seed=run_seed, max_env_failures=1)
+        env.reset()
+        with pytest.warns(RuntimeWarning, match="env copy 1 raised in step"):
+            env.step({uid: torch.zeros(2, 1, dtype=torch.long) for uid in env.possible_agents})
+        seeds.append(env.copies.block.envs[1].seed_used)
+        env.close()
+    assert seeds[0] is not None and seeds[0] == seeds[2] != seeds[1]

@@ -12,6 +12,7 @@ import gymnasium
 import numpy as np
 
 from marlparts.envs.layout import EnvLayout
+from marlparts.utils.seeding import derived_seed
 from marlparts.utils.spaces import flatten_into
 
 BUFFER_DTYPES = {
@@ -95,12 +96,14 @@ class CopyBlock:
         layout: spaces and column layouts.
         buffers: the whole batch's NumPy buffers.
         factory: builds a new copy in place of one that failed (None: failures are raised).
+        rebuild_seed: the seed the resets of rebuilt copies are drawn from (None: unseeded).
     """
 
     def __init__(self, envs: List[Any], rows: Sequence[int], layout: EnvLayout, buffers: Dict[str, np.ndarray],
-                 factory: Optional[Callable[[], Any]] = None) -> None:
+                 factory: Optional[Callable[[], Any]] = None, rebuild_seed: Optional[int] = None) -> None:
         self.envs = envs
         self.factory = factory
+        self.rebuild_seed = rebuild_seed
         self.rebuilds = 0
         self.rows = list(rows)
         self.layout = layout
@@ -160,7 +163,7 @@ class CopyBlock:
             pass
         self.rebuilds += 1
         env = self.envs[index] = self.factory()
-        seed = int(np.random.SeedSequence([row, self.rebuilds]).generate_state(1)[0])
+        seed = derived_seed(self.rebuild_seed, row, self.rebuilds)
         try:
             self._reset_copy(env, row, seed)
         except _CopyRaised as again:
@@ -324,9 +327,9 @@ class InProcessCopies:
     """All copies stepped one after another in the calling process."""
 
     def __init__(self, envs: List[Any], layout: EnvLayout, num_envs: int,
-                 factory: Optional[Callable[[], Any]] = None) -> None:
+                 factory: Optional[Callable[[], Any]] = None, rebuild_seed: Optional[int] = None) -> None:
         self.buffers = allocate_buffers(layout, num_envs, shared=False)
-        self.block = CopyBlock(envs, range(num_envs), layout, self.buffers, factory)
+        self.block = CopyBlock(envs, range(num_envs), layout, self.buffers, factory, rebuild_seed)
 
     def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> List[CopyFailure]:
         """Reset every copy (copy ``i`` with ``seeds[i]`` if given); the copies rebuilt on the way."""

@@ -6,15 +6,16 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 import gymnasium
 import numpy as np
 import torch
+from pettingzoo.utils.conversions import aec_to_parallel
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import CopyFailure, EnvCopyError, InProcessCopies
 from marlparts.envs.layout import EnvLayout
-from marlparts.envs.turns import TurnBasedFactory, TurnBasedParallelEnv, is_aec_env
+from marlparts.envs.turns import ParallelFactory, TurnBasedFactory, TurnBasedParallelEnv, is_aec_env, is_parallelizable
 from marlparts.envs.workers import WorkerCopies
 from marlparts.utils.agent_tensors import AgentTensors
 from marlparts.utils.distributed import rank_and_world_size
-from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, copy_seeds
+from marlparts.utils.seeding import EVALUATION_STREAM, REBUILD_STREAM, TRAINING_STREAM, copy_seeds, derived_seed
 
 SUPPORTED_KINDS = ("a PettingZoo ParallelEnv or AECEnv (an instance, or a factory that builds one copy), "
                    "a VMAS env (or a factory taking num_envs), an Isaac Lab DirectMARLEnv")
@@ -23,8 +24,10 @@ SUPPORTED_KINDS = ("a PettingZoo ParallelEnv or AECEnv (an instance, or a factor
 class PettingZooParallelWrapper(MultiAgentEnv):
     """``num_envs`` copies of a PettingZoo ``ParallelEnv`` or ``AECEnv`` as batched torch tensors.
 
-    An AEC env (turn-based: ``tictactoe_v3.env()``) is stepped one move per step: only the agent whose
-    turn it is is active (``infos["active"]``); the actions given for the other agents are ignored.
+    An AEC env whose agents take turns (``tictactoe_v3.env()``) is stepped one move per step: only the
+    agent whose turn it is is active (``infos["active"]``); the actions given for the other agents are
+    ignored. An AEC env that PettingZoo marks parallelizable (all agents act in each cycle, as MPE's
+    ``.env()``) is stepped as the Parallel env ``aec_to_parallel`` makes of it.
     Every agent's observation and reward come back at every step (see
     :class:`~marlparts.envs.turns.TurnBasedParallelEnv`), and ``turn_based`` is True.
 
@@ -67,7 +70,10 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         if not hasattr(probe, "possible_agents") or not hasattr(probe, "step"):
             raise TypeError(f"wrap_env got {type(probe).__name__!r}{' (from the factory)' if is_factory else ''}, "
                             f"which is none of the supported kinds: {SUPPORTED_KINDS}")
-        if is_aec_env(probe):  # one agent acts at a time: the copies are seen through TurnBasedParallelEnv
+        if is_aec_env(probe) and is_parallelizable(probe):  # every agent acts at each cycle: stepped at once
+            probe = aec_to_parallel(probe)
+            env = ParallelFactory(env) if is_factory else probe
+        elif is_aec_env(probe):  # one agent acts at a time: the copies are seen through TurnBasedParallelEnv
             probe = TurnBasedParallelEnv(probe)
             env = TurnBasedFactory(env) if is_factory else probe
         self.turn_based = isinstance(probe, TurnBasedParallelEnv)
@@ -90,12 +96,14 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         self.copy_seeds = copy_seeds(seed, num_envs, seed_stream, self.rank)
         self.check_finite = check_finite
         self._steps = 0
+        rebuild_seed = derived_seed(seed, REBUILD_STREAM, seed_stream, self.rank)  # copies rebuilt after failures
         if workers > 0:
             probe.close()
-            self.copies = WorkerCopies(env, self.layout, num_envs, workers, recover=max_env_failures > 0)
+            self.copies = WorkerCopies(env, self.layout, num_envs, workers, recover=max_env_failures > 0,
+                                       rebuild_seed=rebuild_seed)
         else:
             envs = [probe] + [env() for _ in range(num_envs - 1)]
-            self.copies = InProcessCopies(envs, self.layout, num_envs, env if max_env_failures else None)
+            self.copies = InProcessCopies(envs, self.layout, num_envs, env if max_env_failures else None, rebuild_seed)
         self._buffers = self.copies.buffers
         self._reset_done = False
         self._closed = False

@@ -14,6 +14,7 @@ credit what reaches an agent while it waits to its last action (see
 from typing import Any, Callable, Dict, List, Tuple
 
 import gymnasium
+from pettingzoo.utils.conversions import aec_to_parallel
 from pettingzoo.utils.env import AECEnv
 
 
@@ -114,6 +115,24 @@ class TurnBasedParallelEnv:
 
     def _infos(self) -> Dict[str, Any]:
         return {uid: self.env.infos.get(uid, {}) for uid in self.env.agents}
+
+
+def is_parallelizable(env: Any) -> bool:
+    """Whether an AEC env says its agents act simultaneously (``metadata["is_parallelizable"]``), so that
+    PettingZoo's ``aec_to_parallel`` steps all of them at once.
+    """
+    return bool(getattr(env, "metadata", {}).get("is_parallelizable", False))
+
+
+class ParallelFactory:
+    """A factory of Parallel copies (``aec_to_parallel``) from a factory of parallelizable AEC copies."""
+
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self.factory = factory
+
+    def __call__(self) -> Any:
+        """One new copy."""
+        return aec_to_parallel(self.factory())
 
 
 class TurnBasedFactory:

@@ -12,17 +12,18 @@ import numpy as np
 
 from marlparts.envs.copies import CopyBlock, CopyFailure, EnvCopyError, allocate_buffers, as_arrays
 from marlparts.envs.layout import EnvLayout
+from marlparts.utils.seeding import derived_seed
 
 
 def _worker_main(connection: Any, factory: Callable[[], Any], rows: List[int], layout: EnvLayout,
-                 raw_buffers: Dict[str, Any], num_envs: int, recover: bool) -> None:
+                 raw_buffers: Dict[str, Any], num_envs: int, recover: bool, rebuild_seed: Optional[int]) -> None:
     """Command loop of one worker process: ``reset``, ``step``, ``render``, ``close``. ``reset`` and ``step``
     answer with the copies rebuilt on the way (without the exceptions, which stay in this process).
     """
     block = None
     try:
         block = CopyBlock([factory() for _ in rows], rows, layout, as_arrays(raw_buffers, layout, num_envs),
-                          factory if recover else None)
+                          factory if recover else None, rebuild_seed)
         connection.send(("ok", None))
         while True:
             command, argument = connection.recv()
@@ -58,7 +59,7 @@ class WorkerCopies:
     """
 
     def __init__(self, factory: Callable[[], Any], layout: EnvLayout, num_envs: int, workers: int, *,
-                 recover: bool = False) -> None:
+                 recover: bool = False, rebuild_seed: Optional[int] = None) -> None:
         if workers > num_envs:
             raise ValueError(f"workers={workers} is more than num_envs={num_envs}")
         methods = mp.get_all_start_methods()
@@ -66,6 +67,7 @@ class WorkerCopies:
         self.raw = allocate_buffers(layout, num_envs, shared=True, context=self.context)
         self.buffers = as_arrays(self.raw, layout, num_envs)
         self.factory, self.layout, self.num_envs, self.recover = factory, layout, num_envs, recover
+        self.rebuild_seed, self.restarts = rebuild_seed, 0
         self.rows = [[int(r) for r in rows] for rows in np.array_split(np.arange(num_envs), workers)]
         self.connections: List[Any] = [None] * workers
         self.processes: List[Any] = [None] * workers
@@ -76,7 +78,8 @@ class WorkerCopies:
     def _start_worker(self, index: int) -> None:
         parent, child = self.context.Pipe()
         process = self.context.Process(target=_worker_main, daemon=True, args=(
-            child, self.factory, self.rows[index], self.layout, self.raw, self.num_envs, self.recover))
+            child, self.factory, self.rows[index], self.layout, self.raw, self.num_envs, self.recover,
+            derived_seed(self.rebuild_seed, index, self.restarts)))
         process.start()
         child.close()
         self.connections[index], self.processes[index] = parent, process
@@ -107,9 +110,13 @@ class WorkerCopies:
         """Start worker ``index`` again and reset its new copies; each of its rows ends its episode as failed."""
         self.processes[index].join(timeout=5)
         exit_code = self.processes[index].exitcode
+        self.restarts += 1
         self._start_worker(index)
         connection = self.connections[index]
-        for request in (None, ("reset", None)):
+        seeds: List[Optional[int]] = [None] * self.num_envs
+        for row in self.rows[index]:  # the new copies' episodes drawn from the run's seed
+            seeds[row] = derived_seed(self.rebuild_seed, row, self.restarts, 1)
+        for request in (None, ("reset", seeds)):
             if request is not None:
                 connection.send(request)
             status, payload = connection.recv()

@@ -6,11 +6,13 @@ import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
+from marlparts.models.recurrent import is_recurrent
 from marlparts.trainers.callbacks import Callback
 from marlparts.trainers.opponents import Opponents, check_seats
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
 from marlparts.utils.devices import same_device
+from marlparts.utils.seeding import OPPONENT_STREAM, derived_seed
 
 
 class EpisodeEnds(NamedTuple):
@@ -106,7 +108,7 @@ class Trainer:
         self.env = env
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
-        self.opponents = Opponents(opponents, env) if opponents else None
+        self.opponents = Opponents(opponents, env, seed=derived_seed(env.seed, OPPONENT_STREAM)) if opponents else None
         self._check_ownership()
         self._check_turn_based(env)
         self._check_devices(env, "env")
@@ -144,6 +146,10 @@ class Trainer:
         if not getattr(env, "turn_based", False):
             return
         for agent in self.agents:
+            if any(is_recurrent(model) for model in agent.distinct_models()):
+                raise ValueError(f"{type(agent).__name__} has recurrent models, which cannot train on a turn-based env: "
+                                 "an agent's hidden state starts afresh whenever it is inactive, which there is every "
+                                 "step where another agent moves; give its models no recurrence")
             if not agent.SUPPORTS_TURN_BASED:
                 raise ValueError(f"{type(agent).__name__} cannot train on a turn-based env: its transitions go from one "
                                  "step to the next, so a reward that reaches an agent while it waits for its turn would "

@@ -21,6 +21,7 @@ import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
+from marlparts.utils.seeding import derived_seed
 
 
 class RandomPolicy:
@@ -71,12 +72,20 @@ SeatPolicy = Any  # "random", a RandomPolicy, a function (observation, action_ma
 class Opponents:
     """The fixed policies of some seats, acting together.
 
+    Random players get generators of their own, seeded from ``seed`` (a new ``Opponents`` with the same
+    seed plays the same moves). Algorithms act in evaluation mode: for an evaluation (``evaluation``)
+    each plays as a frozen copy of itself, so nothing of the evaluation (mode, recurrent state) reaches
+    the algorithm; for training the algorithm itself is put in evaluation mode once, here.
+
     Args:
         policies: ``{agent_id: policy}`` (see the module's documentation).
         env: the env the seats belong to (for their spaces and ids).
+        seed: the seed of the random players (None: unseeded).
+        evaluation: these seats are played for one evaluation.
     """
 
-    def __init__(self, policies: Mapping[str, SeatPolicy], env: MultiAgentEnv) -> None:
+    def __init__(self, policies: Mapping[str, SeatPolicy], env: MultiAgentEnv, *, seed: Optional[int] = None,
+                 evaluation: bool = False) -> None:
         if not isinstance(policies, Mapping):
             raise TypeError(f"opponents must be a mapping agent id -> policy, got {type(policies).__name__}")
         self.policies: Dict[str, SeatPolicy] = dict(policies)
@@ -84,19 +93,25 @@ class Opponents:
         self.functions: Dict[str, Callable[..., torch.Tensor]] = {}
         self.algorithms: List[MultiAgent] = []
         self._algorithm_seats: List[List[str]] = []
-        for uid, policy in policies.items():
+        copies: Dict[int, MultiAgent] = {}
+        for index, (uid, policy) in enumerate(policies.items()):
             if uid not in env.possible_agents:
                 raise KeyError(f"opponents names {uid!r}, which is not an agent of the environment (possible agents: "
                                f"{env.possible_agents})")
             self.seats.append(uid)
-            if isinstance(policy, str):
-                if policy != "random":
-                    raise ValueError(f"opponents[{uid!r}] is {policy!r}; the only named policy is 'random'")
-                policy = RandomPolicy(env.action_space(uid))
+            if isinstance(policy, str) and policy != "random":
+                raise ValueError(f"opponents[{uid!r}] is {policy!r}; the only named policy is 'random'")
+            if isinstance(policy, (str, RandomPolicy)):  # a generator of its own, from the trainer's seed
+                space = env.action_space(uid) if isinstance(policy, str) else policy.action_space
+                policy = RandomPolicy(space, seed=derived_seed(seed, index))
             if isinstance(policy, MultiAgent):
                 if uid not in policy.possible_agents:
                     raise ValueError(f"opponents[{uid!r}] is a {type(policy).__name__} that does not control {uid!r} "
                                      f"(it controls {policy.possible_agents})")
+                if evaluation:
+                    policy = copies.setdefault(id(policy), policy.frozen_copy())
+                else:
+                    policy.set_mode("eval")
                 self._add_algorithm_seat(policy, uid)
             elif callable(policy):
                 self.functions[uid] = policy
@@ -111,16 +126,6 @@ class Opponents:
                 return
         self.algorithms.append(algorithm)
         self._algorithm_seats.append([uid])
-
-    def reset(self, seed: Optional[int]) -> None:
-        """Start every policy that has a ``reset(seed)`` afresh (random players: the same moves at every
-        evaluation with the same seed) and put algorithms in evaluation mode.
-        """
-        for index, function in enumerate(self.functions.values()):
-            if hasattr(function, "reset"):
-                function.reset(None if seed is None else seed + index)
-        for algorithm in self.algorithms:
-            algorithm.set_mode("eval")
 
     def act(self, observations: Mapping[str, torch.Tensor], states: Any, infos: Mapping[str, Any],
             timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:

@@ -15,7 +15,7 @@ from marlparts.trainers.evaluation import collect_episodes, summarise
 from marlparts.trainers.opponents import Opponents
 from marlparts.utils.distributed import all_gather_tensors, is_main_process
 from marlparts.utils.files import write_json_atomically
-from marlparts.utils.seeding import EVALUATION_STREAM, TRAINING_STREAM, derived_seed
+from marlparts.utils.seeding import EVALUATION_STREAM, OPPONENT_STREAM, TRAINING_STREAM, derived_seed
 from marlparts.utils.video import save_video
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
@@ -216,7 +216,6 @@ class SequentialTrainer(Trainer):
             written to ``evaluation.json`` in each algorithm's experiment folder.
         """
         env = self._evaluation_env()
-        seats = self._evaluation_opponents(env, opponents)
         episodes = int(episodes or self.cfg["eval_episodes"])
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
@@ -226,8 +225,7 @@ class SequentialTrainer(Trainer):
         try:
             # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
             seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
-            if seats is not None:
-                seats.reset(derived_seed(seed, EVALUATION_STREAM) if seed is not None else None)
+            seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM))
             collected = collect_episodes(
                 env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep,
                                                                    opponents=seats),
@@ -251,13 +249,15 @@ class SequentialTrainer(Trainer):
         self.notify("on_evaluation", report)
         return report
 
-    def _evaluation_opponents(self, env: MultiAgentEnv, opponents: Optional[Mapping[str, Any]]) -> Optional[Opponents]:
-        """The trainer's opponents with this evaluation's ``opponents`` in their seats (None: no fixed seats)."""
-        if not opponents:
-            return self.opponents
+    def _evaluation_opponents(self, env: MultiAgentEnv, opponents: Optional[Mapping[str, Any]],
+                              seed: Optional[int]) -> Optional[Opponents]:
+        """The fixed seats of one evaluation: the trainer's opponents with this evaluation's ``opponents`` in
+        their seats, made anew (random players seeded from the evaluation's seed, algorithms as frozen
+        copies), so the evaluation repeats itself and leaves the training opponents as they were.
+        """
         merged = dict(self.opponents.policies) if self.opponents is not None else {}
-        merged.update(opponents)
-        return Opponents(merged, env)
+        merged.update(opponents or {})
+        return Opponents(merged, env, seed=seed, evaluation=True) if merged else None
 
     def _write_videos(self, frames: np.ndarray, timestep: int) -> List[str]:
         """Save ``frames`` in each algorithm's experiment folder and send them to its trackers."""
