@@ -22,7 +22,7 @@ from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
 NUM_ENVS = 64  # games played together
-TIMESTEPS = 600_000  # moves of training (all games counted)
+TIMESTEPS = 1_000_000  # moves of training (all games counted)
 DIRECTORY = "runs/tictactoe_ippo"
 
 
