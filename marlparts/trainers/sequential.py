@@ -61,6 +61,9 @@ class SequentialTrainer(Trainer):
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
         self._training_resets = 0
+        # recent episode returns of each agent, shown per seat for turn-based games
+        self._recent_seats: Dict[str, Deque[float]] = {uid: collections.deque(maxlen=100)
+                                                       for uid in env.possible_agents} if env.turn_based else {}
 
     def train(self) -> None:
         """Train for ``cfg["timesteps"]`` vectorized steps (fewer if a callback calls :meth:`stop`);
@@ -138,6 +141,8 @@ class SequentialTrainer(Trainer):
     def _episodes_ended(self, returns: torch.Tensor, lengths: torch.Tensor, recent: List[Deque[float]]) -> None:
         """Track ended training episodes: each algorithm its own agents' returns, and every team's mean return."""
         team_means = {team: returns[:, columns].mean(dim=1) for team, columns in zip(self.teams, self.agent_columns)}
+        for column, seat_returns in enumerate(self._recent_seats.values()):
+            seat_returns.extend(returns[:, column].tolist())
         for agent, columns, team_recent, team in zip(self.agents, self.agent_columns, recent, self.teams):
             agent.track_episode_returns(returns[:, columns])
             team_recent.extend(team_means[team].tolist())
@@ -172,6 +177,10 @@ class SequentialTrainer(Trainer):
         for team, returns in zip(self.teams, recent):
             key = "mean_return" if len(self.teams) == 1 else f"return_{team}"
             postfix[key] = f"{sum(returns) / len(returns):.2f}"
+        if getattr(self.env, "turn_based", False):  # a game's seats (in self-play their mean says nothing)
+            for uid, returns in self._recent_seats.items():
+                if returns:
+                    postfix[f"return_{uid}"] = f"{sum(returns) / len(returns):.2f}"
         bar.set_postfix(postfix)
 
     def _evaluate_during_training(self) -> None:
