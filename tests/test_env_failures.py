@@ -138,3 +138,17 @@ def test_a_rebuilt_copy_draws_its_seed_from_the_runs_seed():
         seeds.append(env.copies.block.envs[1].seed_used)
         env.close()
     assert seeds[0] is not None and seeds[0] == seeds[2] != seeds[1]
+
+
+def test_a_reset_that_fails_after_a_whole_episode_keeps_that_episode(tmp_path):
+    env = flaky_env(fail_reset_of=3)  # copy 1 plays episode 3 whole, then its reset raises
+    agent = build_mappo(env, directory=str(tmp_path), rollouts=12)
+    counted = EpisodeLengths()
+    trainer = SequentialTrainer(env=env, agents=agent, callbacks=[counted],
+                                cfg={"timesteps": 6, "disable_progressbar": True})
+    with pytest.warns(RuntimeWarning, match=r"env copy 1 raised in reset: RuntimeError\('simulated reset failure'\)"):
+        trainer.train()
+    assert env.env_failures == 1
+    assert counted.lengths == [5, 5, 5]  # every copy's first episode is counted, copy 1's included
+    assert 3 in stored_episode_ids(agent)  # and stored
+    env.close()

@@ -237,16 +237,18 @@ class FlakyEnv(CountingEnv):
     episode: ``[episode id, step, agent index]``, the id unique among the episodes of this process.
 
     The copy playing episode ``fail_episode`` raises at step ``fail_at`` (``how="raise"``), or ends its
-    process (``how="exit"``, to kill a worker) if it is the first to create the file ``marker``.
+    process (``how="exit"``, to kill a worker) if it is the first to create the file ``marker``. The reset
+    after episode ``fail_reset_of`` raises, and every reset with ``reset_fails``.
     """
 
     episodes_started = 0
     failed_episode = None
 
-    def __init__(self, fail_episode=None, fail_at=3, how="raise", marker=None, reset_fails=False):
+    def __init__(self, fail_episode=None, fail_at=3, how="raise", marker=None, reset_fails=False,
+                 fail_reset_of=None):
         super().__init__(max_steps=5, leave_at=-1)
         self.fail_episode, self.fail_at, self.how, self.marker = fail_episode, fail_at, how, marker
-        self.reset_fails = reset_fails
+        self.reset_fails, self.fail_reset_of = reset_fails, fail_reset_of
         self.episode = None
 
     def observation_space(self, agent):
@@ -256,7 +258,7 @@ class FlakyEnv(CountingEnv):
         return np.array([self.episode, self.t, self.possible_agents.index(agent)], dtype=np.float32)
 
     def reset(self, seed=None, options=None):
-        if self.reset_fails:
+        if self.reset_fails or (self.episode is not None and self.episode == self.fail_reset_of):
             raise RuntimeError("simulated reset failure")
         FlakyEnv.episodes_started += 1
         self.episode = FlakyEnv.episodes_started

@@ -139,20 +139,25 @@ class CopyBlock:
             try:
                 self._step_copy(env, row)
             except _CopyRaised as raised:
-                failures.append(self._rebuild(index, raised))
+                # a reset that raises comes after an episode that ended whole: its results stay
+                failures.append(self._rebuild(index, raised, episode_over=raised.what == "reset"))
         return failures
 
-    def _reset_copy(self, env: Any, row: int, seed: Optional[int]) -> None:
+    def _reset_copy(self, env: Any, row: int, seed: Optional[int], *, clear: bool = True) -> None:
         try:
             obs, infos = env.reset(seed=seed)
         except Exception as error:
             raise _CopyRaised(row, "reset", error) from error
         self._check_spaces(env, row)
-        self._clear_step_flags(row)
+        if clear:
+            self._clear_step_flags(row)
         self._write_observations(env, row, obs, infos, ended=())
 
-    def _rebuild(self, index: int, raised: _CopyRaised) -> CopyFailure:
-        """Close the copy that raised, build and reset a new one in its place; its row ends its episode."""
+    def _rebuild(self, index: int, raised: _CopyRaised, *, episode_over: bool = False) -> CopyFailure:
+        """Close the copy that raised, build and reset a new one in its place. Its row ends its episode, as
+        failed unless ``episode_over`` (the episode had ended whole, and the reset after it raised): then the
+        step's results (rewards, flags, final observations) are kept.
+        """
         row = raised.row
         if self.factory is None:
             raise EnvCopyError(str(raised)) from raised.error
@@ -165,12 +170,12 @@ class CopyBlock:
         env = self.envs[index] = self.factory()
         seed = derived_seed(self.rebuild_seed, row, self.rebuilds)
         try:
-            self._reset_copy(env, row, seed)
+            self._reset_copy(env, row, seed, clear=not episode_over)
         except _CopyRaised as again:
             raise EnvCopyError(f"env copy {row} was rebuilt after it raised in {raised.what}, and the new copy raised "
                                f"in reset: {again.error!r}") from again.error
         self.b["episode_end"][row] = True
-        self.b["failed"][row] = True
+        self.b["failed"][row] = not episode_over
         return CopyFailure(row, raised.what, message, raised.error)
 
     def _step_copy(self, env: Any, row: int) -> None:
