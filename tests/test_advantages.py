@@ -160,9 +160,25 @@ def test_an_action_followed_only_by_waiting_when_the_rollout_or_a_time_limit_end
     expected[3, 0] = True   # acted at the last step, then waited past the rollout's end
     expected[2, 2] = True   # acted, then the time limit came while it waited
     assert torch.equal(unusable, expected)
-    everyone_acts = torch.ones(4, 3, dtype=torch.bool)
-    assert not waiting_bootstraps(active=everyone_acts, terminated=terminated, truncated=truncated,
-                                  next_active=torch.ones(3, dtype=torch.bool)).any()
+    # a time limit at the agent's own move: its final observation is the one after its move, a waiting one
+    truncated_at_move = torch.zeros(4, 3, dtype=torch.bool)
+    truncated_at_move[1, 0] = True
+    marked = waiting_bootstraps(active=active, terminated=terminated, truncated=truncated_at_move,
+                                next_active=torch.ones(3, dtype=torch.bool))
+    assert marked[:, 0].tolist() == [False, True, False, False]
+
+
+def test_an_unusable_step_anchors_the_step_before_it_with_its_value_and_stops_the_recursion():
+    # the agent moves at t=1 (value 1) and t=3 (value 2), then waits past the rollout's end; the waiting
+    # observation's value (100) is untrained and must reach neither move
+    active = torch.tensor([[False], [True], [False], [True]])
+    zeros = torch.zeros(4, 1)
+    unusable = torch.tensor([[False], [False], [False], [True]])
+    advantages, _ = compute_gae(rewards=zeros, values=torch.tensor([[0.0], [1.0], [0.0], [2.0]]),
+                                terminated=zeros.bool(), truncated=zeros.bool(), final_values=zeros,
+                                last_values=torch.tensor([100.0]), discount_factor=0.99, gae_lambda=0.95,
+                                active=active, unusable=unusable)
+    assert advantages[1, 0].item() == pytest.approx(0.99 * 2.0 - 1.0)  # bootstrapped from the next move's value
 
 
 def test_ppo_leaves_out_a_move_whose_result_falls_in_the_next_rollout(tmp_path):

@@ -7,7 +7,8 @@ import torch
 
 def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                 final_values: torch.Tensor, last_values: torch.Tensor, discount_factor: float,
-                gae_lambda: float, active: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                gae_lambda: float, active: Optional[torch.Tensor] = None,
+                unusable: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Advantages and returns of a rollout of ``T`` steps (Schulman et al., 2016).
 
     All tensors are ``(T, ...)`` except ``last_values`` (``...``): the value of the observation
@@ -28,6 +29,10 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
     the discount applies once per action. Advantages at inactive steps are 0. Where every step is
     active this is the recursion above.
 
+    ``unusable`` (``(T, ...)`` bool, from :func:`waiting_bootstraps`) marks active steps whose own advantage
+    rests on a value that cannot be trusted: they still anchor the step before them with their value, but
+    the recursion stops there, so none of their advantage flows into earlier steps.
+
     Returns:
         ``(advantages, returns)`` with ``returns = advantages + values``.
     """
@@ -35,6 +40,7 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
     if active is None:
         active = torch.ones_like(terminated)
     active = active.bool()
+    usable = torch.ones_like(active) if unusable is None else ~unusable.bool()
     advantages = torch.zeros_like(values)
     running = torch.zeros_like(last_values)
     next_values = last_values
@@ -55,7 +61,7 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
         continues = ~(ends_terminated | ends_truncated)
         step_advantage = delta + discount_factor * gae_lambda * continues * running
         advantages[t] = torch.where(active[t], step_advantage, 0.0)
-        running = torch.where(active[t], step_advantage, running)
+        running = torch.where(active[t], torch.where(usable[t], step_advantage, 0.0), running)
         next_values = torch.where(active[t], values[t], next_values)
         # at an inactive step the agent waits: keep what reaches it for its previous action
         waiting_reward = torch.where(active[t], 0.0, torch.where(ended, rewards[t], waiting_reward + rewards[t]))
@@ -67,20 +73,22 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
 
 def waiting_bootstraps(*, active: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
                        next_active: torch.Tensor) -> torch.Tensor:
-    """The active steps ``(T, ...)`` bool whose advantage would rest on the value of a waiting agent's
-    observation: the agent acted, then was still waiting for its next turn when the rollout ended
-    (``next_active``: whether it acts at the step after the rollout) or when a time limit cut its episode.
+    """The active steps ``(T, ...)`` bool of a turn-based game whose advantage would rest on the value of
+    a waiting agent's observation: the agent acted, then was still waiting for its next turn when the
+    rollout ended (``next_active``: whether it acts at the step after the rollout) or when a time limit
+    (or a cut) ended its episode, at its own move or while it waited.
 
     A critic learns values at the steps where an agent acts; a waiting agent's observation is another
-    kind of state, never trained, so such steps are left out of the losses rather than bootstrapped
-    from it. Where every step is active there are none.
+    kind of state, never trained, so such steps are left out of the losses (and stop the advantage
+    recursion, see :func:`compute_gae`) rather than bootstrapped from it.
     """
     active = active.bool()
     ends_waiting = ~next_active.bool()  # the rollout ends while the agent waits
     unusable = torch.zeros_like(active)
     for t in reversed(range(active.shape[0])):
         ended = terminated[t].bool() | truncated[t].bool()
-        unusable[t] = active[t] & ~ended & ends_waiting
+        cut_at_its_move = truncated[t].bool() & ~terminated[t].bool()  # its final observation: after its move
+        unusable[t] = active[t] & ((~ended & ends_waiting) | cut_at_its_move)
         cut_while_waiting = truncated[t].bool() & ~terminated[t].bool()
         ends_waiting = torch.where(active[t], False, torch.where(ended, cut_while_waiting, ends_waiting))
     return unusable

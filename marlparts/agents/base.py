@@ -121,6 +121,7 @@ class MultiAgent(CheckpointMixin):
         self._records: Dict[int, TrainedModel] = {}
         self._grad_scaler = self._make_grad_scaler()
         self.training = True
+        self.turn_based = False  # set by the trainer: the env's agents take turns
         self.stochastic_evaluation = False
         self.tracker: Optional[Tracker] = None
         self.callbacks: List[Any] = []  # set by the trainer: Callback objects told of updates and checkpoints

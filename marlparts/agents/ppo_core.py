@@ -357,17 +357,20 @@ class MultiAgentPPO(RecurrentPPOMixin, MultiAgent):
                 values = memory.get_tensor_by_name("values")
                 active = memory.get_tensor_by_name("active")
                 next_active = self._next_infos.get("active") if self._next_infos else None
-                if next_active is not None:  # turn-based: an action followed only by waiting can't be valued
-                    active &= ~waiting_bootstraps(
+                unusable = None
+                if self.turn_based and next_active is not None:  # an action followed only by waiting
+                    unusable = waiting_bootstraps(
                         active=active, terminated=memory.get_tensor_by_name("terminated"),
                         truncated=memory.get_tensor_by_name("truncated"),
                         next_active=stack_agents(next_active, group.uids).bool())
-                advantages, returns = compute_gae(active=active,
+                advantages, returns = compute_gae(active=active, unusable=unusable,
                     rewards=memory.get_tensor_by_name("rewards"), values=values,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),
                     final_values=memory.get_tensor_by_name("final_values"),
                     last_values=self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True),
                     discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
+                if unusable is not None:
+                    active &= ~unusable  # left out of the losses and of the statistics below
                 # agents with models of their own (a merged group) each have their advantages' own statistics;
                 # an agent with no active step keeps mean 0 and std 1 (nothing of it enters a loss)
                 dims = (0, 1) if group.stacked_roles else (0, 1, 2)

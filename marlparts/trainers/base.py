@@ -12,7 +12,7 @@ from marlparts.trainers.opponents import Opponents, check_seats
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import merge_config
 from marlparts.utils.devices import same_device
-from marlparts.utils.seeding import OPPONENT_STREAM, derived_seed
+from marlparts.utils.seeding import OPPONENT_STREAM, TRAINING_STREAM, derived_seed
 
 
 class EpisodeEnds(NamedTuple):
@@ -108,7 +108,8 @@ class Trainer:
         self.env = env
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
-        self.opponents = Opponents(opponents, env, seed=derived_seed(env.seed, OPPONENT_STREAM)) if opponents else None
+        self.opponents = (Opponents(opponents, env, seed=derived_seed(env.seed, OPPONENT_STREAM, TRAINING_STREAM))
+                          if opponents else None)
         self._check_ownership()
         self._check_turn_based(env)
         self._check_devices(env, "env")
@@ -146,6 +147,7 @@ class Trainer:
         if not getattr(env, "turn_based", False):
             return
         for agent in self.agents:
+            agent.turn_based = True
             if any(is_recurrent(model) for model in agent.distinct_models()):
                 raise ValueError(f"{type(agent).__name__} has recurrent models, which cannot train on a turn-based env: "
                                  "an agent's hidden state starts afresh whenever it is inactive, which there is every "

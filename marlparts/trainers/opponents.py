@@ -72,10 +72,12 @@ SeatPolicy = Any  # "random", a RandomPolicy, a function (observation, action_ma
 class Opponents:
     """The fixed policies of some seats, acting together.
 
-    Random players get generators of their own, seeded from ``seed`` (a new ``Opponents`` with the same
-    seed plays the same moves). Algorithms act in evaluation mode: for an evaluation (``evaluation``)
-    each plays as a frozen copy of itself, so nothing of the evaluation (mode, recurrent state) reaches
-    the algorithm; for training the algorithm itself is put in evaluation mode once, here.
+    ``"random"`` seats get random players with generators of their own, seeded from ``seed`` (a new
+    ``Opponents`` with the same seed plays the same moves); a :class:`RandomPolicy` or a function
+    given by the user is called as it is, with its own state (seed it yourself). Algorithms act in
+    evaluation mode: for an evaluation (``evaluation``) each plays as a frozen copy of itself (a deep
+    copy per evaluation), so nothing of the evaluation (mode, recurrent state) reaches the algorithm;
+    for training the algorithm itself is put in evaluation mode once, here.
 
     Args:
         policies: ``{agent_id: policy}`` (see the module's documentation).
@@ -101,9 +103,8 @@ class Opponents:
             self.seats.append(uid)
             if isinstance(policy, str) and policy != "random":
                 raise ValueError(f"opponents[{uid!r}] is {policy!r}; the only named policy is 'random'")
-            if isinstance(policy, (str, RandomPolicy)):  # a generator of its own, from the trainer's seed
-                space = env.action_space(uid) if isinstance(policy, str) else policy.action_space
-                policy = RandomPolicy(space, seed=derived_seed(seed, index))
+            if isinstance(policy, str):  # a generator of its own, from the trainer's seed
+                policy = RandomPolicy(env.action_space(uid), seed=derived_seed(seed, index))
             if isinstance(policy, MultiAgent):
                 if uid not in policy.possible_agents:
                     raise ValueError(f"opponents[{uid!r}] is a {type(policy).__name__} that does not control {uid!r} "

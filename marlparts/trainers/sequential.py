@@ -234,7 +234,7 @@ class SequentialTrainer(Trainer):
         try:
             # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
             seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
-            seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM))
+            seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
             collected = collect_episodes(
                 env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep,
                                                                    opponents=seats),
