@@ -37,7 +37,7 @@ def train_one_seed(example, seed: int, args: argparse.Namespace, directory: str,
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.eval_every // env.num_envs,
                                                              "disable_progressbar": True})
     curve, seconds, moves = [], 0.0, 0
-    while moves < args.timesteps:
+    for _ in range(max(1, round(args.timesteps / args.eval_every))):  # whole chunks of games, rounded
         began = time.perf_counter()
         trainer.train()
         seconds += time.perf_counter() - began
