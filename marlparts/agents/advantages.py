@@ -87,8 +87,7 @@ def waiting_bootstraps(*, active: torch.Tensor, terminated: torch.Tensor, trunca
     unusable = torch.zeros_like(active)
     for t in reversed(range(active.shape[0])):
         ended = terminated[t].bool() | truncated[t].bool()
-        cut_at_its_move = truncated[t].bool() & ~terminated[t].bool()  # its final observation: after its move
-        unusable[t] = active[t] & ((~ended & ends_waiting) | cut_at_its_move)
-        cut_while_waiting = truncated[t].bool() & ~terminated[t].bool()
-        ends_waiting = torch.where(active[t], False, torch.where(ended, cut_while_waiting, ends_waiting))
+        cut = truncated[t].bool() & ~terminated[t].bool()  # bootstrapped from the observation after the step
+        unusable[t] = active[t] & ((~ended & ends_waiting) | cut)  # cut at its own move: a waiting observation
+        ends_waiting = torch.where(active[t], False, torch.where(ended, cut, ends_waiting))
     return unusable
