@@ -141,8 +141,14 @@ def test_gae_with_every_step_active_is_plain_gae():
                   truncated=torch.rand(shape) < 0.1, final_values=torch.randn(shape), last_values=torch.randn(4),
                   discount_factor=0.99, gae_lambda=0.95)
     plain, _ = compute_gae(**kwargs)
-    own_steps, _ = compute_gae(active=torch.ones(shape, dtype=torch.bool), **kwargs)
-    assert torch.equal(plain, own_steps)
+    # a fifth column with a waiting step sends the whole rollout through the recursion over each agent's own
+    # steps; the four columns where every step is active must come out as plain GAE
+    widened = {key: torch.cat([value, value[..., :1]], dim=-1) if torch.is_tensor(value) else value
+               for key, value in kwargs.items()}
+    active = torch.ones(30, 5, dtype=torch.bool)
+    active[7, 4] = False
+    own_steps, _ = compute_gae(active=active, **widened)
+    assert torch.equal(plain, own_steps[:, :4])
 
 
 def test_an_action_followed_only_by_waiting_when_the_rollout_or_a_time_limit_ends_is_left_out():

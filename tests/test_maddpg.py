@@ -374,3 +374,9 @@ def test_hard_target_updates_every_interval():
         agent.update_targets()
         same = all(torch.equal(t, p) for t, p in zip(record.target.parameters(), record.model.parameters()))
         assert same == (step % 3 == 0), step
+
+
+def test_n_step_returns_are_refused_where_the_targets_are_one_step():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2)
+    with pytest.raises(ValueError, match=r"MADDPG.*n_step.*QMIX and VDN"):
+        build(env, cfg={"n_step": 3})

@@ -53,12 +53,12 @@ def test_the_qmix_mixer_is_monotonic_in_every_agents_value():
     assert (values.grad >= 0).all()
 
 
-@pytest.mark.parametrize("algorithm", [QMIX, VDN])
-def test_value_decomposition_learns_the_best_action(algorithm):
+@pytest.mark.parametrize("algorithm,n_step", [(QMIX, 1), (VDN, 1), (QMIX, 3)])
+def test_value_decomposition_learns_the_best_action(algorithm, n_step):
     # every step rewards the action taken (0..3): the best team return per agent is 15, random 7.5
     set_seed(0)
     env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=8, seed=0)
-    agent = build(env, algorithm)
+    agent = build(env, algorithm, cfg={"n_step": n_step})
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1500, "disable_progressbar": True})
     trainer.train()
     assert trainer.eval(episodes=8)["mean_return"] >= 13.5  # random actions 7.5, the best 15
@@ -165,3 +165,62 @@ def test_a_time_limit_bootstraps_over_the_actions_legal_at_the_final_observation
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
     next_mask = agent.groups[0].memory.get_tensor_by_name("next_action_mask")
     assert not next_mask[4, :, :, 0].any(), "at the final observation (step 5) action 0 is illegal"
+
+
+def test_n_step_targets_sum_the_rewards_of_the_episode_and_bootstrap_from_its_last_stored_step():
+    # agent_1 leaves at step 2, the copies' episodes end at step 4; 6 stored steps of 2 copies after 9 steps,
+    # so the storage has wrapped and the newest step cuts the sums short
+    set_seed(0)
+    gamma, n_step = 0.9, 3
+    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=2), num_envs=2, seed=0)
+    agent = build(env, VDN, cfg={"learning_starts": 1000, "n_step": n_step, "batch_size": 8}, memory_size=6)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 9, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    indexes = torch.arange(12)
+    memory.sample_indexes = lambda batch_size: indexes
+    target = agent.team_targets(agent.sample_batch())
+
+    # the same sums, walked step by step on the stored tensors; the env's step counter (observation
+    # column 0) tells whether the copy's next stored step belongs to the same episode
+    stored = {name: memory.get_tensor_by_name(name) for name in
+              ("observations", "next_observations", "rewards", "active", "terminated", "next_active")}
+    order = [(memory.memory_index + i) % 6 for i in range(6)]  # oldest to newest
+    q, frozen = agent.groups[0].models["q"], agent.groups[0].trained["q"].target
+    expected = []
+    for index in indexes.tolist():
+        step, copy = divmod(index, 2)
+        position = order.index(step)
+        total, k = 0.0, 0
+        while True:
+            s = order[position + k]
+            active = stored["active"][s, copy, :, 0].float()
+            total += gamma ** k * float((stored["rewards"][s, copy, :, 0] * active).sum() / active.sum().clamp(min=1))
+            k += 1
+            if k == n_step or position + k == 6:
+                break
+            following = order[position + k]
+            if stored["observations"][following, copy, 0, 0] != stored["observations"][s, copy, 0, 0] + 1:
+                break
+        with torch.no_grad():
+            next_obs = stored["next_observations"][s, copy]
+            online, values = q.act({"observations": next_obs})[0], frozen.act({"observations": next_obs})[0]
+        next_value = (values.gather(-1, online.argmax(-1, keepdim=True)).squeeze(-1) * stored["next_active"][s, copy, :, 0]).sum()
+        done = bool(stored["terminated"][s, copy, :, 0][stored["active"][s, copy, :, 0]].all())
+        expected.append(total + gamma ** k * (0.0 if done else float(next_value)))
+    assert torch.allclose(target, torch.tensor(expected), atol=1e-5)
+    assert (agent.sample_batch()[0]["n_step_valid"].sum(1) == 1).any()  # some sums were cut to one step
+
+
+def test_memory_steps_ahead_wrap_around_and_stop_at_the_newest_step():
+    memory = RandomMemory(memory_size=4, num_envs=2)
+    memory.create_tensor("x", (1,))
+    for _ in range(6):  # steps 0..5 written; step 4 and 5 overwrote positions 0 and 1
+        memory.add_samples(x=torch.zeros(2, 1))
+    ahead, stored = memory.indexes_ahead(torch.tensor([5, 2, 4]), 3)  # (position 2, copy 1), (1, 0), (2, 0)
+    assert ahead.tolist() == [[5, 7, 1], [2, 4, 6], [4, 6, 0]]
+    assert stored.tolist() == [[True, True, True], [True, False, False], [True, True, True]]
+
+
+def test_a_number_of_steps_that_is_not_whole_and_positive_is_named():
+    with pytest.raises(ValueError, match=r"n_step.*whole number.*0"):
+        build(wrap_env(lambda: CountingEnv(), num_envs=2), VDN, cfg={"n_step": 0})

@@ -37,6 +37,10 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
         ``(advantages, returns)`` with ``returns = advantages + values``.
     """
     terminated, truncated = terminated.bool(), truncated.bool()
+    if (active is None or bool(active.all())) and (unusable is None or not bool(unusable.any())):
+        return _gae_of_every_step(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
+                                  final_values=final_values, last_values=last_values,
+                                  discount_factor=discount_factor, gae_lambda=gae_lambda)
     if active is None:
         active = torch.ones_like(terminated)
     active = active.bool()
@@ -68,6 +72,24 @@ def compute_gae(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torc
         waiting_terminated = ~active[t] & torch.where(ended, terminated[t], waiting_terminated)
         waiting_truncated = ~active[t] & torch.where(ended, truncated[t] & ~terminated[t], waiting_truncated)
         waiting_final = torch.where(active[t], 0.0, torch.where(ended, final_values[t], waiting_final))
+    return advantages, advantages + values
+
+
+def _gae_of_every_step(*, rewards: torch.Tensor, values: torch.Tensor, terminated: torch.Tensor, truncated: torch.Tensor,
+                       final_values: torch.Tensor, last_values: torch.Tensor, discount_factor: float,
+                       gae_lambda: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`compute_gae` where the agents act at every step: the TD errors of every step at once, then
+    only the recursion ``A_t = δ_t + γλ (1 − ended_t) A_{t+1}`` runs step by step.
+    """
+    next_values = torch.cat([values[1:], last_values.unsqueeze(0)])
+    following = torch.where(terminated, 0.0, torch.where(truncated, final_values, next_values))
+    deltas = rewards + discount_factor * following - values
+    coefficients = discount_factor * gae_lambda * ~(terminated | truncated)
+    advantages = torch.empty_like(values)
+    running = torch.zeros_like(last_values)
+    for t in reversed(range(values.shape[0])):
+        running = deltas[t] + coefficients[t] * running
+        advantages[t] = running
     return advantages, advantages + values
 
 

@@ -33,6 +33,7 @@ OFF_POLICY_DEFAULT_CONFIG: Config = Config({
     "observation_preprocessor": None,  # applied to every agent's observations, e.g. RunningStandardScaler
     "observation_preprocessor_kwargs": {},
     "time_limit_bootstrap": True,      # truncated transitions bootstrap from the final observation (per agent allowed)
+    "n_step": 1,                       # rewards summed before bootstrapping (n-step returns), where the algorithm supports it
     "mixed_precision": False,          # CUDA autocast (float16) and a gradient scaler in the update
     "experiment": EXPERIMENT_DEFAULTS,
 })
@@ -60,6 +61,7 @@ class OffPolicyMultiAgent(MultiAgent):
 
     DEFAULT_CONFIG = OFF_POLICY_DEFAULT_CONFIG
     OBSERVATION_ROLE = "policy"
+    SUPPORTS_N_STEP: bool = False  # whether gradient_update reads the n-step tensors of sample_batch
     PER_AGENT_KEYS = frozenset({"discount_factor", "grad_norm_clip", "time_limit_bootstrap"})
 
     def __init__(self, **kwargs: Any) -> None:
@@ -70,6 +72,12 @@ class OffPolicyMultiAgent(MultiAgent):
         self._has_action_mask = False
         self._group_order = [uid for group in self.groups for uid in group.uids]
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
+        n_step = self.cfg["n_step"]
+        if not isinstance(n_step, int) or n_step < 1:
+            raise ValueError(f"cfg['n_step'] must be a whole number of steps >= 1, got {n_step!r}")
+        if n_step > 1 and not self.SUPPORTS_N_STEP:
+            raise ValueError(f"{type(self).__name__} learns from one-step targets: cfg['n_step'] must be 1, got {n_step} "
+                             "(n-step returns are supported by QMIX and VDN)")
         first = self.groups[0]
         for group in self.groups:
             memory = group.memory
@@ -130,6 +138,8 @@ class OffPolicyMultiAgent(MultiAgent):
                 state_size = flat_size(self.state_spaces[uid])
                 memory.create_tensor("states", (state_size,))
                 memory.create_tensor("next_states", (state_size,))
+            if self.cfg["n_step"] > 1:
+                memory.create_tensor("episode_continues", (1,), dtype=torch.bool)
 
     # ----------------------------------------------------------------------------- checkpoints
     def checkpoint_parts(self) -> Dict[str, Any]:
@@ -231,6 +241,8 @@ class OffPolicyMultiAgent(MultiAgent):
                                           if copy_ended is not None and final_state is not None else next_states)
             if masks is not None:
                 samples.update(self._mask_samples(group, masks, infos.get("final_action_mask"), ended))
+            if self.cfg["n_step"] > 1:  # whether the copy's next stored step is in the same episode
+                samples["episode_continues"] = ~(copy_ended[:, 0] if copy_ended is not None else ended.any(1))
             group.memory.add_samples(**samples)
             if group.noise is not None and copy_ended is not None:
                 group.noise.reset(copy_ended[:, :, 0].expand(-1, group.size))
@@ -283,10 +295,37 @@ class OffPolicyMultiAgent(MultiAgent):
         batches = []
         for group in self.groups:
             batch = dict(zip(names, group.memory.sample_by_index(names, indexes)))
+            if self.cfg["n_step"] > 1:
+                batch.update(self._n_step_samples(group, indexes))
             batch["observations"] = self._observations(group, batch["observations"])
             batch["next_observations"] = self._observations(group, batch["next_observations"])
             batches.append(batch)
         return batches
+
+    def _n_step_samples(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """The next ``n_step - 1`` steps of each sampled step's env copy, as far as its episode goes on and
+        steps are stored: ``n_step_valid`` ``(batch, n)`` (which of the ``n`` steps count; the first always
+        does), ``n_step_rewards``, ``n_step_active`` and ``n_step_terminated`` ``(batch, n, group, 1)``
+        (zero and False where not valid), and the ``next_*`` entries of the last valid step (where the
+        target bootstraps).
+        """
+        memory, n_step = group.memory, self.cfg["n_step"]
+        ahead, stored = memory.indexes_ahead(indexes, n_step)
+        continues = memory.sample_by_index(["episode_continues"], ahead.flatten())[0].view(ahead.shape)
+        valid = stored.clone()  # step k counts if stored and every step before it went on in the same episode
+        valid[:, 1:] &= torch.cumprod(continues[:, :-1], dim=1).bool()
+        last = ahead.gather(1, (valid.sum(1, keepdim=True) - 1)).squeeze(1)
+        names = ["rewards", "active", "terminated"]
+        per_step = memory.sample_by_index(names, ahead.flatten())
+        samples = {}
+        for name, values in zip(names, per_step):
+            values = values.unflatten(0, ahead.shape)
+            keep = valid.view(*valid.shape, *([1] * (values.dim() - 2)))
+            samples[f"n_step_{name}"] = torch.where(keep, values, torch.zeros((), dtype=values.dtype, device=values.device))
+        later = [name for name in self.replay_names() if name.startswith("next_")]
+        samples.update(zip(later, memory.sample_by_index(later, last)))
+        samples["n_step_valid"] = valid
+        return samples
 
     def joint(self, parts: List[torch.Tensor]) -> torch.Tensor:
         """Concatenate per-group ``(batch, group, width)`` tensors into ``(batch, total)`` in agent order."""

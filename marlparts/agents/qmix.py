@@ -17,6 +17,7 @@ QMIX_DEFAULT_CONFIG.update({
     "learning_rate": 5e-4,             # Adam, per model (per agent allowed)
     "double_q": True,                  # next actions chosen by the online utilities, valued by the targets
     "team_reward": "mean",             # the team's reward from the agents' rewards: "mean" or "sum"
+    "n_step": 1,                       # team rewards summed (discounted) over up to n steps before bootstrapping
     "exploration": {                   # epsilon-greedy over legal actions while training
         "initial_epsilon": 1.0,        # at the first stored step ...
         "final_epsilon": 0.05,         # ... and after `timesteps` stored vectorized steps (linear decay)
@@ -38,7 +39,8 @@ class QMIX(OffPolicyMultiAgent):
     2. the target ``y = R + γ (1 − done) Q'_tot(s')``: each agent's next action is the argmax of its
        online utilities over its legal actions (double Q-learning), valued by the target utilities and
        mixed by the target mixer; ``R`` is the mean (or sum) of the agents' rewards, and the team is
-       done when every agent active at the step has terminated;
+       done when every agent active at the step has terminated; with ``n_step`` > 1 the rewards of up to
+       ``n_step`` steps of the copy's episode are summed (discounted) before the bootstrap;
     3. minimise ``(Q_tot − y)²``; polyak-average the targets.
 
     Actions are epsilon-greedy over legal actions in training (epsilon decays over stored steps)
@@ -46,6 +48,7 @@ class QMIX(OffPolicyMultiAgent):
     """
 
     DEFAULT_CONFIG = QMIX_DEFAULT_CONFIG
+    SUPPORTS_N_STEP = True
     ROLES = ("q", "mixer")
     OBSERVATION_ROLE = "q"
     PER_AGENT_KEYS = frozenset({"learning_rate", "grad_norm_clip"})
@@ -149,7 +152,10 @@ class QMIX(OffPolicyMultiAgent):
         return {"Loss / TD": loss, "Q / team value": team_value.detach().mean()}
 
     def team_targets(self, batches: List[Dict[str, torch.Tensor]]) -> torch.Tensor:
-        """``y = R + γ (1 − done) Q'_tot(s', argmax_a Q(o', a))`` per sample, ``(batch,)``."""
+        """``y = Σ_{k<m} γ^k R_{t+k} + γ^m (1 − done) Q'_tot(s', argmax_a Q(o', a))`` per sample, ``(batch,)``:
+        ``m`` is 1, or with ``n_step`` the steps of the copy's episode that are stored, up to ``n_step``;
+        ``s'``, ``o'`` and ``done`` belong to the last of them.
+        """
         next_values = []
         for group, batch in zip(self.groups, batches):
             mask = batch.get("next_action_mask")
@@ -162,11 +168,25 @@ class QMIX(OffPolicyMultiAgent):
         next_active = self.joint([batch["next_active"] for batch in batches])
         next_team = self.mix(self.mixer_record, torch.where(next_active, self.joint(next_values), 0.0),
                              batches[0].get("next_states"), target=True)
-        rewards = self.joint([batch["rewards"] for batch in batches])
-        active = self.joint([batch["active"].float() for batch in batches])
+        rewards, active, terminated = (self._joint_steps(batches, name).float() for name in ("rewards", "active", "terminated"))
+        valid = batches[0].get("n_step_valid")
+        valid = torch.ones_like(rewards[..., 0], dtype=torch.bool) if valid is None else valid         # (B, n)
         team_reward = (rewards * active).sum(-1)
         if self.cfg["team_reward"] == "mean":
             team_reward = team_reward / active.sum(-1).clamp(min=1.0)
-        terminated = self.joint([batch["terminated"].float() for batch in batches])
-        done = ((terminated * active).sum(-1) >= active.sum(-1)).float()  # every agent that acted is done
-        return team_reward + self.cfg["discount_factor"] * (1.0 - done) * next_team
+        done = (terminated * active).sum(-1) >= active.sum(-1)  # every agent that acted is done
+        gamma = self.cfg["discount_factor"]
+        discounts = gamma ** torch.arange(valid.shape[1], device=valid.device, dtype=team_reward.dtype)
+        steps = valid.sum(1, keepdim=True)
+        last_done = done.gather(1, steps - 1).squeeze(1).float()
+        returns = (team_reward * discounts * valid).sum(1)
+        return returns + gamma ** steps.squeeze(1).to(returns.dtype) * (1.0 - last_done) * next_team
+
+    def _joint_steps(self, batches: List[Dict[str, torch.Tensor]], name: str) -> torch.Tensor:
+        """``(batch, n, agents)``: the per-step ``n_step_<name>`` entries in agent order (``(batch, 1, agents)``
+        from ``name`` without n-step returns).
+        """
+        if f"n_step_{name}" not in batches[0]:
+            return self.joint([batch[name] for batch in batches]).unsqueeze(1)
+        parts = [batch[f"n_step_{name}"] for batch in batches]
+        return self.joint([part.flatten(0, 1) for part in parts]).unflatten(0, parts[0].shape[:2])

@@ -111,6 +111,18 @@ class Memory:
         # index_select: the same rows as advanced indexing, several times faster on the CPU for a 1-d index
         return [torch.index_select(self._get(name).flatten(0, 1), 0, indexes) for name in names]
 
+    def indexes_ahead(self, indexes: torch.Tensor, steps: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The flat indexes of the same env copies' next steps: ``(len(indexes), steps)``, column ``k``
+        ``k`` steps after ``indexes`` (column 0 is ``indexes``), wrapping around the storage; and whether
+        each of them is stored (a step after the newest stored one is not, nor is anything after it).
+        """
+        step, copy = indexes // self.num_envs, indexes % self.num_envs
+        newest = (self.memory_index - 1) % self.memory_size
+        stored_ahead = (newest - step) % self.memory_size if self.filled else newest - step
+        offsets = torch.arange(steps, device=indexes.device)
+        ahead = ((step.unsqueeze(1) + offsets) % self.memory_size) * self.num_envs + copy.unsqueeze(1)
+        return ahead, offsets <= stored_ahead.unsqueeze(1)
+
     def chunks_by_index(self, names: Sequence[str], indexes: torch.Tensor, length: int) -> List[torch.Tensor]:
         """Chunks of ``length`` consecutive steps: the steps are cut into ``memory_size / length`` chunks per
         env copy, numbered chunk by chunk and copy by copy; returns each tensor of ``names`` at the chunks

@@ -1,0 +1,154 @@
+"""The one-copy "same work" MAPPO configuration, timed on this checkout and on an earlier commit, alternately.
+
+    python benchmarks/same_work_against_commit.py --commit d0fc4ec --rounds 5 \\
+        --output benchmarks/results/same_work_against_commit.json
+
+The configuration is the one of a library that steps one env copy: simple_spread (3 agents, discrete
+actions), each agent its own policy and critic (no sharing), rollouts of 125 steps, 10 epochs of 4
+minibatches. Speeds drift on a shared machine, so the two versions are timed in alternating rounds, each
+round a fresh process per version (the earlier commit is checked out into a temporary git worktree and
+put first on ``PYTHONPATH``); each process also times env-only stepping of one copy beside its training,
+so every rate comes with its ratio to env-only. The figures (per round and medians) go to ``--output``.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def measure(chunks: int, chunk_steps: int) -> dict:
+    """Train the configuration in this process (whichever ``marlparts`` is imported) and time it in
+    ``chunks`` chunks of ``chunk_steps`` env steps, alternating with as many env-only steps."""
+    import torch
+    from mpe2 import simple_spread_v3
+
+    from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
+    from marlparts.envs import wrap_env
+    from marlparts.memories import RandomMemory
+    from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
+    from marlparts.trainers import SequentialTrainer
+    from marlparts.utils import set_seed
+
+    torch.set_num_threads(1)
+
+    class Policy(CategoricalMixin, Model):
+        """An MLP from the observation to action logits."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(64, 64), output_gain=0.01)
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    class Value(DeterministicMixin, Model):
+        """An MLP from the global state to one value."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, 1, hidden_sizes=(64, 64), activation=torch.nn.Tanh)
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    def make_env(seed):
+        return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25, local_ratio=0.5),
+                        num_envs=1, seed=seed, state_source="observations")
+
+    set_seed(0)
+    env = make_env(0)
+    models = {uid: {"policy": Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
+                    "value": Value(observation_space=env.state_space)} for uid in env.possible_agents}
+    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=125, learning_epochs=10, mini_batches=4, agent_specific_values="none")
+    directory = tempfile.mkdtemp()
+    cfg["experiment"].update(directory=directory, tensorboard=False, csv=False, checkpoint_interval=0)
+    agent = MAPPO(possible_agents=env.possible_agents, models=models,
+                  memories={uid: RandomMemory(memory_size=125, num_envs=1) for uid in env.possible_agents},
+                  observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                  state_spaces=env.state_spaces, cfg=cfg)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": chunk_steps, "disable_progressbar": True})
+    trainer.train()  # warm-up: the first rollouts and updates
+
+    other = make_env(1)
+    other.reset()
+    generator = torch.Generator().manual_seed(0)
+
+    def env_only(steps):
+        for _ in range(steps):
+            other.step({uid: torch.randint(0, int(other.action_space(uid).n), (1, 1), generator=generator)
+                        for uid in other.possible_agents})
+
+    training_s = env_s = 0.0
+    for _ in range(chunks):
+        began = time.perf_counter()
+        trainer.train()
+        training_s += time.perf_counter() - began
+        began = time.perf_counter()
+        env_only(chunk_steps)
+        env_s += time.perf_counter() - began
+    steps = chunks * chunk_steps
+    return {"training_steps_per_s": steps / training_s, "env_only_steps_per_s": steps / env_s,
+            "training_over_env_only": env_s / training_s}
+
+
+def run_version(source: pathlib.Path, args: argparse.Namespace) -> dict:
+    """One measuring process with ``source``'s ``marlparts`` first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure",
+               "--chunks", str(args.chunks), "--chunk-steps", str(args.chunk_steps)]
+    output = subprocess.run(command, env=env, cwd=source, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def main() -> None:
+    """Alternate the two versions for ``--rounds`` rounds and write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--commit", help="the earlier commit to time against this checkout")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--chunks", type=int, default=4, help="timed chunks per process")
+    parser.add_argument("--chunk-steps", type=int, default=500, help="env steps per chunk (whole rollouts of 125)")
+    parser.add_argument("--output", help="the JSON results file")
+    parser.add_argument("--measure", action="store_true", help="(internal) measure the version on the path")
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.chunks, args.chunk_steps)))
+        return
+    if not args.commit or not args.output:
+        parser.error("--commit and --output are needed")
+    report = {"commit": args.commit, "checkout": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                                                  capture_output=True, text=True).stdout.strip(),
+              "config": "simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches",
+              "rounds": []}
+    with tempfile.TemporaryDirectory() as folder:
+        earlier = pathlib.Path(folder) / "earlier"
+        subprocess.run(["git", "worktree", "add", "--detach", str(earlier), args.commit], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            for round_index in range(args.rounds):
+                row = {"earlier": run_version(earlier, args), "now": run_version(ROOT, args)}
+                report["rounds"].append(row)
+                print(json.dumps({"round": round_index, **row}), flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(earlier)], cwd=ROOT, capture_output=True)
+    summary = {}
+    for version in ("earlier", "now"):
+        for key in ("training_steps_per_s", "env_only_steps_per_s", "training_over_env_only"):
+            summary[f"{version}_{key}"] = statistics.median(row[version][key] for row in report["rounds"])
+    summary["now_over_earlier"] = statistics.median(row["now"]["training_steps_per_s"] / row["earlier"]["training_steps_per_s"]
+                                                    for row in report["rounds"])
+    report["median"] = summary
+    pathlib.Path(args.output).write_text(json.dumps(report, indent=1))
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
