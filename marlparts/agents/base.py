@@ -1,6 +1,9 @@
-"""The base of every multi-agent algorithm: configuration, groups, hooks, tracking, checkpoints."""
+"""The base of every multi-agent algorithm: configuration, groups, models and their records, hooks.
 
-import contextlib
+Tracking, checkpoints and the optimizer step come from the mixins of :mod:`~marlparts.agents.tracking`,
+:mod:`~marlparts.agents.checkpoints` and :mod:`~marlparts.agents.optimization`.
+"""
+
 import copy
 import datetime
 import os
@@ -12,7 +15,9 @@ import torch
 
 from marlparts.agents.checkpoints import CheckpointMixin
 from marlparts.agents.groups import AgentGroup, build_groups
+from marlparts.agents.optimization import OptimizationMixin
 from marlparts.agents.stacking import StackedTrainedModel
+from marlparts.agents.tracking import TrackingMixin
 from marlparts.agents.trained_model import TrainedModel
 from marlparts.memories.base import Memory
 from marlparts.models.base import Model
@@ -21,7 +26,6 @@ from marlparts.models.stacked import StackedModels
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import agreed_value, check_config, merge_config
 from marlparts.utils.distributed import (
-    average_gradients,
     broadcast_tensors,
     check_same_on_every_rank,
     is_distributed,
@@ -42,7 +46,7 @@ EXPERIMENT_DEFAULTS = {
 }
 
 
-class MultiAgent(CheckpointMixin):
+class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
     """Base of the multi-agent algorithms.
 
     Subclasses set ``DEFAULT_CONFIG``, ``ROLES`` (the model roles each agent needs) and
@@ -328,51 +332,6 @@ class MultiAgent(CheckpointMixin):
         """Improve the models from stored experience."""
         raise NotImplementedError
 
-    def report_update(self, metrics: Mapping[str, float]) -> None:
-        """Track an update's metrics (``{tag: value}``) and tell the callbacks."""
-        for tag, value in metrics.items():
-            self.track_data(tag, value)
-        for callback in self.callbacks:
-            callback.on_update(self, dict(metrics))
-
-    def optimize(self, records: Sequence[TrainedModel], loss: torch.Tensor) -> None:
-        """One optimizer step for each of ``records`` on ``loss``: zero, backward, average the gradients
-        over ``torchrun`` ranks (one all-reduce), clip the gradient norm, step. With mixed precision the
-        loss is scaled and the gradients unscaled before clipping.
-        """
-        for record in records:
-            record.optimizer.zero_grad(set_to_none=True)
-        scaler = self._grad_scaler
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        average_gradients(parameter for record in records for parameter in record.model.parameters())
-        for record in records:
-            if scaler is not None:
-                scaler.unscale_(record.optimizer)
-            record.clip_gradients()
-            if scaler is not None:
-                scaler.step(record.optimizer)
-            else:
-                record.optimizer.step()
-        if scaler is not None:
-            scaler.update()
-
-    def autocast(self) -> Any:
-        """The context the update's forward passes run in: CUDA autocast to float16 with
-        ``cfg["mixed_precision"]`` on a CUDA device, else nothing.
-        """
-        if self._grad_scaler is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type="cuda", dtype=torch.float16)
-
-    def _make_grad_scaler(self) -> Optional[Any]:
-        if not self.cfg.get("mixed_precision", False):
-            return None
-        if self.device.type != "cuda":
-            warnings.warn(f"cfg['mixed_precision'] is True but {type(self).__name__} runs on {self.device}: mixed "
-                          "precision is a CUDA feature, so training goes on in float32", RuntimeWarning, stacklevel=3)
-            return None
-        return torch.amp.GradScaler("cuda")
-
     def mean_over_agents(self, group_values: Sequence[Mapping[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
         """``{key: mean over agents}`` from one ``{key: group mean}`` per group (groups weighted by size)."""
         weights = [group.size / len(self.possible_agents) for group in self.groups]
@@ -389,21 +348,6 @@ class MultiAgent(CheckpointMixin):
             return torch.ones(batch_size, group.size, 1, dtype=torch.bool, device=device)
         return stack_agents(active, group.uids).bool()
 
-    # ----------------------------------------------------------------------------- tracking
-    def track_data(self, tag: str, value: float) -> None:
-        """Record metric ``tag``; the means are written every ``write_interval`` timesteps."""
-        if self.tracker is not None:
-            self.tracker.add(tag, value)
-
-    def track_episode_returns(self, returns: torch.Tensor) -> None:
-        """Record finished training episodes: ``returns`` is ``(episodes, agents)`` in ``possible_agents`` order."""
-        if self.tracker is None:
-            return
-        returns = returns.detach().cpu()
-        self.tracker.add("Episode / return (mean over agents)", returns.mean().item())
-        for uid, value in zip(self.possible_agents, returns.mean(dim=0).tolist()):
-            self.tracker.add(f"Episode / return / {uid}", value)
-
     def can_bootstrap_time_limits(self, infos: Mapping[str, Any], uses_state: bool) -> bool:
         """Whether ``infos`` holds what valuing the end of a truncated episode needs: the final observations,
         and the final state for a critic on the global state. Where a simulator cannot keep them (Isaac Lab
@@ -417,21 +361,6 @@ class MultiAgent(CheckpointMixin):
             warnings.warn(f"{type(self).__name__}: the env gives no {missing} of the episodes that ended, so "
                           f"time-limit truncations there are not bootstrapped (treated as terminal)", stacklevel=3)
         return available
-
-    def record_evaluation(self, result: Mapping[str, Any]) -> None:
-        """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return.
-
-        ``result`` holds ``mean_return`` (mean over episodes and this algorithm's agents),
-        ``returns`` (agent id to its mean) and ``mean_length``.
-        """
-        if self.tracker is not None:
-            values = {"Evaluation / return (mean over agents)": result["mean_return"],
-                      "Evaluation / episode length": result["mean_length"]}
-            values.update({f"Evaluation / return / {uid}": value for uid, value in result["returns"].items()})
-            self.tracker.write_now(values, self.timestep)
-        if result["mean_return"] > self.best_return and self.experiment_dir is not None and is_main_process():
-            self.best_return = float(result["mean_return"])
-            self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", "best_agent.pt"))
 
     def set_mode(self, mode: str) -> None:
         """``"train"`` (sample actions, update statistics) or ``"eval"`` (frozen; greedy actions unless
@@ -464,9 +393,3 @@ class MultiAgent(CheckpointMixin):
         for model in frozen.distinct_models():
             model.requires_grad_(False)
         return frozen
-
-    def close(self) -> None:
-        """Flush and close the tracker."""
-        if self.tracker is not None:
-            self.tracker.close()
-            self.tracker = None
