@@ -167,39 +167,33 @@ def test_a_time_limit_bootstraps_over_the_actions_legal_at_the_final_observation
     assert not next_mask[4, :, :, 0].any(), "at the final observation (step 5) action 0 is illegal"
 
 
-def test_n_step_targets_sum_the_rewards_of_the_episode_and_bootstrap_from_its_last_stored_step():
-    # agent_1 leaves at step 2, the copies' episodes end at step 4; 6 stored steps of 2 copies after 9 steps,
-    # so the storage has wrapped and the newest step cuts the sums short
-    set_seed(0)
-    gamma, n_step = 0.9, 3
-    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=2), num_envs=2, seed=0)
-    agent = build(env, VDN, cfg={"learning_starts": 1000, "n_step": n_step, "batch_size": 8}, memory_size=6)
-    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 9, "disable_progressbar": True}).train()
+def walked_n_step_targets(agent, indexes, gamma, n_step):
+    """The n-step VDN targets at flat replay ``indexes``, walked step by step on the stored tensors of a
+    one-group agent: a sum goes on to the copy's next stored step while the env's step counter (observation
+    column 0) goes up by one and every agent that acted acts again (none left, terminated or cut alone).
+    """
     memory = agent.groups[0].memory
-    indexes = torch.arange(12)
-    memory.sample_indexes = lambda batch_size: indexes
-    target = agent.team_targets(agent.sample_batch())
-
-    # the same sums, walked step by step on the stored tensors; the env's step counter (observation
-    # column 0) tells whether the copy's next stored step belongs to the same episode
+    size, copies = memory.memory_size, memory.num_envs
     stored = {name: memory.get_tensor_by_name(name) for name in
               ("observations", "next_observations", "rewards", "active", "terminated", "next_active")}
-    order = [(memory.memory_index + i) % 6 for i in range(6)]  # oldest to newest
+    rows = size if memory.filled else memory.memory_index
+    order = [(memory.memory_index + i) % size for i in range(size)] if memory.filled else list(range(rows))
     q, frozen = agent.groups[0].models["q"], agent.groups[0].trained["q"].target
     expected = []
     for index in indexes.tolist():
-        step, copy = divmod(index, 2)
+        step, copy = divmod(index, copies)
         position = order.index(step)
         total, k = 0.0, 0
         while True:
             s = order[position + k]
-            active = stored["active"][s, copy, :, 0].float()
+            active = stored["active"][s, copy, :, 0]
             total += gamma ** k * float((stored["rewards"][s, copy, :, 0] * active).sum() / active.sum().clamp(min=1))
             k += 1
-            if k == n_step or position + k == 6:
+            if k == n_step or position + k == rows:
                 break
             following = order[position + k]
-            if stored["observations"][following, copy, 0, 0] != stored["observations"][s, copy, 0, 0] + 1:
+            same_episode = stored["observations"][following, copy, 0, 0] == stored["observations"][s, copy, 0, 0] + 1
+            if not same_episode or (active & ~stored["active"][following, copy, :, 0]).any():
                 break
         with torch.no_grad():
             next_obs = stored["next_observations"][s, copy]
@@ -207,8 +201,60 @@ def test_n_step_targets_sum_the_rewards_of_the_episode_and_bootstrap_from_its_la
         next_value = (values.gather(-1, online.argmax(-1, keepdim=True)).squeeze(-1) * stored["next_active"][s, copy, :, 0]).sum()
         done = bool(stored["terminated"][s, copy, :, 0][stored["active"][s, copy, :, 0]].all())
         expected.append(total + gamma ** k * (0.0 if done else float(next_value)))
-    assert torch.allclose(target, torch.tensor(expected), atol=1e-5)
+    return torch.tensor(expected)
+
+
+def n_step_targets_at(agent, indexes):
+    """The agent's own targets at flat replay ``indexes``."""
+    agent.groups[0].memory.sample_indexes = lambda batch_size: indexes
+    return agent.team_targets(agent.sample_batch())
+
+
+@pytest.mark.parametrize("leave_by", ["terminated", "truncated"])
+def test_n_step_targets_sum_the_rewards_of_the_episode_and_bootstrap_from_its_last_stored_step(leave_by):
+    # agent_1 leaves at step 2 (its episode ends: terminated, or cut by a time limit of its own, which
+    # bootstraps from its final observation), the copies' episodes end at step 4; 6 stored steps of
+    # 2 copies after 9 steps, so the storage has wrapped and the newest step cuts the sums short
+    set_seed(0)
+    gamma, n_step = 0.9, 3
+    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=2, leave_by=leave_by), num_envs=2, seed=0)
+    agent = build(env, VDN, cfg={"learning_starts": 1000, "n_step": n_step, "batch_size": 8}, memory_size=6)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 9, "disable_progressbar": True}).train()
+    indexes = torch.arange(12)
+    assert torch.allclose(n_step_targets_at(agent, indexes), walked_n_step_targets(agent, indexes, gamma, n_step),
+                          atol=1e-5)
     assert (agent.sample_batch()[0]["n_step_valid"].sum(1) == 1).any()  # some sums were cut to one step
+
+
+def test_an_n_step_sum_stops_where_a_new_run_cut_the_episode():
+    # a second trainer resets the env in the middle of the copies' episodes: the sums of the steps before
+    # the cut must not run on into the new episodes
+    set_seed(0)
+    gamma, n_step = 0.9, 3
+    env = wrap_env(lambda: CountingEnv(max_steps=9, leave_at=99), num_envs=2, seed=0)
+    agent = build(env, VDN, cfg={"learning_starts": 1000, "n_step": n_step, "batch_size": 8}, memory_size=10)
+    for _ in range(2):
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 2, "disable_progressbar": True}).train()
+    counters = agent.groups[0].memory.get_tensor_by_name("observations")[:4, 0, 0, 0]
+    assert counters.tolist() == [0, 1, 0, 1]  # the cut is there
+    indexes = torch.arange(8)
+    assert torch.allclose(n_step_targets_at(agent, indexes), walked_n_step_targets(agent, indexes, gamma, n_step),
+                          atol=1e-5)
+
+
+def test_a_replay_memory_without_episode_ends_loads_into_an_n_step_agent_as_one_step_sums(tmp_path):
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=9, leave_at=99), num_envs=2, seed=0)
+    one_step = build(env, VDN, cfg={"learning_starts": 1000, "batch_size": 8}, memory_size=10)
+    one_step.cfg["experiment"]["checkpoint_memory"] = True
+    SequentialTrainer(env=env, agents=one_step, cfg={"timesteps": 4, "disable_progressbar": True}).train()
+    path = str(tmp_path / "one_step.pt")
+    one_step.save(path)
+    n_step = build(env, VDN, cfg={"learning_starts": 1000, "batch_size": 8, "n_step": 3}, memory_size=10)
+    SequentialTrainer(env=env, agents=n_step, cfg={"timesteps": 1, "disable_progressbar": True}).train()
+    n_step.load(path)
+    n_step.groups[0].memory.sample_indexes = lambda batch_size: torch.arange(8)
+    assert (n_step.sample_batch()[0]["n_step_valid"].sum(1) == 1).all()  # nothing tells where the episodes went on
 
 
 def test_memory_steps_ahead_wrap_around_and_stop_at_the_newest_step():

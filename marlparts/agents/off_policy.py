@@ -7,6 +7,7 @@ actions in :meth:`~OffPolicyMultiAgent.act`, and writes one gradient step in
 """
 
 import copy
+import numbers
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
@@ -73,7 +74,7 @@ class OffPolicyMultiAgent(MultiAgent):
         self._group_order = [uid for group in self.groups for uid in group.uids]
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         n_step = self.cfg["n_step"]
-        if not isinstance(n_step, int) or n_step < 1:
+        if isinstance(n_step, bool) or not isinstance(n_step, numbers.Integral) or n_step < 1:
             raise ValueError(f"cfg['n_step'] must be a whole number of steps >= 1, got {n_step!r}")
         if n_step > 1 and not self.SUPPORTS_N_STEP:
             raise ValueError(f"{type(self).__name__} learns from one-step targets: cfg['n_step'] must be 1, got {n_step} "
@@ -150,6 +151,16 @@ class OffPolicyMultiAgent(MultiAgent):
                 parts[f"noise[{'+'.join(group.uids)}]"] = group.noise
         return parts
 
+    def _apply_state(self, state: Mapping[str, Any]) -> None:
+        """Load a checkpoint; a replay memory saved without ``n_step`` (no ``episode_continues``) gives
+        one-step sums for its steps, since nothing says where their episodes went on.
+        """
+        super()._apply_state(state)
+        if self.cfg["n_step"] > 1:
+            for group in self.groups:
+                if group.memory.tensors:
+                    group.memory.create_tensor("episode_continues", (1,), dtype=torch.bool)
+
     def counters(self) -> Dict[str, Any]:
         """Adds the stored vectorized steps (they drive ``learning_starts``, ``update_interval``, random
         actions and exploration schedules) and the gradient steps (delayed updates).
@@ -217,6 +228,8 @@ class OffPolicyMultiAgent(MultiAgent):
         copy_ended = episode_end.reshape(-1, 1, 1).bool() if episode_end is not None else None
         masks = infos.get("action_mask")
         next_active = infos.get("active")
+        group_samples = []
+        episode_goes_on = torch.ones_like(copy_ended[:, 0, 0]) if copy_ended is not None else None
         for group in self.groups:
             next_obs = stack_agents(next_observations, group.uids)
             done = stack_agents(terminated, group.uids).bool()
@@ -241,11 +254,17 @@ class OffPolicyMultiAgent(MultiAgent):
                                           if copy_ended is not None and final_state is not None else next_states)
             if masks is not None:
                 samples.update(self._mask_samples(group, masks, infos.get("final_action_mask"), ended))
-            if self.cfg["n_step"] > 1:  # whether the copy's next stored step is in the same episode
-                samples["episode_continues"] = ~(copy_ended[:, 0] if copy_ended is not None else ended.any(1))
-            group.memory.add_samples(**samples)
+            group_samples.append(samples)
+            # an n-step sum goes on only while no agent's episode ends (an agent cut alone by a time limit is
+            # valued at its final observation, which only the step's own target does)
+            goes_on = ~ended.any(1)[:, 0]
+            episode_goes_on = goes_on if episode_goes_on is None else episode_goes_on & goes_on
             if group.noise is not None and copy_ended is not None:
                 group.noise.reset(copy_ended[:, :, 0].expand(-1, group.size))
+        for group, samples in zip(self.groups, group_samples):
+            if self.cfg["n_step"] > 1:  # the same for every group: whether the copy's next stored step goes on from this one
+                samples["episode_continues"] = episode_goes_on.unsqueeze(-1)
+            group.memory.add_samples(**samples)
         self.recorded_steps += 1
 
     def _mask_samples(self, group: AgentGroup, masks: Mapping[str, torch.Tensor],
@@ -262,10 +281,15 @@ class OffPolicyMultiAgent(MultiAgent):
         return {"action_mask": group.cache["action_mask"], "next_action_mask": torch.where(ended, final_mask, next_mask)}
 
     def cut_episodes(self) -> None:
-        """The stored next observations already bootstrap a cut step; the noise processes restart."""
+        """The stored next observations already bootstrap a cut step; n-step sums stop at it (the copy's next
+        stored step begins a new episode); the noise processes restart.
+        """
         for group in self.groups:
             if group.noise is not None:
                 group.noise.reset()
+            memory = group.memory
+            if self.cfg["n_step"] > 1 and len(memory):
+                memory.get_tensor_by_name("episode_continues")[(memory.memory_index - 1) % memory.memory_size] = False
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update every ``update_interval`` stored steps once ``learning_starts`` steps are stored
