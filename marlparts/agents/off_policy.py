@@ -327,7 +327,7 @@ class OffPolicyMultiAgent(MultiAgent):
         return batches
 
     def _n_step_samples(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """The next ``n_step - 1`` steps of each sampled step's env copy, as far as its episode goes on and
+        """The next ``n_step - 1`` steps of each sampled step's env copy, as far as no agent's episode ends and
         steps are stored: ``n_step_valid`` ``(batch, n)`` (which of the ``n`` steps count; the first always
         does), ``n_step_rewards``, ``n_step_active`` and ``n_step_terminated`` ``(batch, n, group, 1)``
         (zero and False where not valid), and the ``next_*`` entries of the last valid step (where the

@@ -153,7 +153,7 @@ class QMIX(OffPolicyMultiAgent):
 
     def team_targets(self, batches: List[Dict[str, torch.Tensor]]) -> torch.Tensor:
         """``y = Σ_{k<m} γ^k R_{t+k} + γ^m (1 − done) Q'_tot(s', argmax_a Q(o', a))`` per sample, ``(batch,)``:
-        ``m`` is 1, or with ``n_step`` the steps of the copy's episode that are stored, up to ``n_step``;
+        ``m`` is 1, or with ``n_step`` the stored steps up to ``n_step`` before some agent's episode ends;
         ``s'``, ``o'`` and ``done`` belong to the last of them.
         """
         next_values = []
