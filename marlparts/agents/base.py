@@ -306,7 +306,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                 continue
             size = memory.memory_size
             # how many steps ago each row was written: 0 for the row of this step
-            age = (memory.memory_index - 1 - torch.arange(size, device=copies.device)) % size
+            age = (memory.newest_step - torch.arange(size, device=copies.device)) % size
             drop = (age.unsqueeze(1) < lengths.to(age.device).unsqueeze(0)) & copies.bool().unsqueeze(0)
             active = memory.get_tensor_by_name("active")
             active[drop.to(active.device)] = False

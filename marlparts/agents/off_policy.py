@@ -8,7 +8,7 @@ actions in :meth:`~OffPolicyMultiAgent.act`, and writes one gradient step in
 
 import copy
 import numbers
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -229,7 +229,7 @@ class OffPolicyMultiAgent(MultiAgent):
         masks = infos.get("action_mask")
         next_active = infos.get("active")
         group_samples = []
-        episode_goes_on = torch.ones_like(copy_ended[:, 0, 0]) if copy_ended is not None else None
+        episode_goes_on = None  # n-step sums: whether the copy's next stored step goes on from this one
         for group in self.groups:
             next_obs = stack_agents(next_observations, group.uids)
             done = stack_agents(terminated, group.uids).bool()
@@ -255,14 +255,13 @@ class OffPolicyMultiAgent(MultiAgent):
             if masks is not None:
                 samples.update(self._mask_samples(group, masks, infos.get("final_action_mask"), ended))
             group_samples.append(samples)
-            # an n-step sum goes on only while no agent's episode ends (an agent cut alone by a time limit is
-            # valued at its final observation, which only the step's own target does)
-            goes_on = ~ended.any(1)[:, 0]
-            episode_goes_on = goes_on if episode_goes_on is None else episode_goes_on & goes_on
+            if self.cfg["n_step"] > 1:  # a sum goes on only while no agent's episode ends (an agent cut alone by a
+                goes_on = ~ended.any(1)[:, 0]  # time limit is valued at its final observation by its step's own target)
+                episode_goes_on = goes_on if episode_goes_on is None else episode_goes_on & goes_on
             if group.noise is not None and copy_ended is not None:
                 group.noise.reset(copy_ended[:, :, 0].expand(-1, group.size))
         for group, samples in zip(self.groups, group_samples):
-            if self.cfg["n_step"] > 1:  # the same for every group: whether the copy's next stored step goes on from this one
+            if episode_goes_on is not None:  # one flag for every group
                 samples["episode_continues"] = episode_goes_on.unsqueeze(-1)
             group.memory.add_samples(**samples)
         self.recorded_steps += 1
@@ -289,7 +288,7 @@ class OffPolicyMultiAgent(MultiAgent):
                 group.noise.reset()
             memory = group.memory
             if self.cfg["n_step"] > 1 and len(memory):
-                memory.get_tensor_by_name("episode_continues")[(memory.memory_index - 1) % memory.memory_size] = False
+                memory.get_tensor_by_name("episode_continues")[memory.newest_step] = False
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update every ``update_interval`` stored steps once ``learning_starts`` steps are stored
@@ -316,29 +315,38 @@ class OffPolicyMultiAgent(MultiAgent):
         """
         indexes = self.groups[0].memory.sample_indexes(self.cfg["batch_size"])
         names = self.replay_names()
+        window = self._n_step_window(indexes) if self.cfg["n_step"] > 1 else None
         batches = []
         for group in self.groups:
             batch = dict(zip(names, group.memory.sample_by_index(names, indexes)))
-            if self.cfg["n_step"] > 1:
-                batch.update(self._n_step_samples(group, indexes))
+            if window is not None:
+                batch.update(self._n_step_samples(group, *window))
             batch["observations"] = self._observations(group, batch["observations"])
             batch["next_observations"] = self._observations(group, batch["next_observations"])
             batches.append(batch)
         return batches
 
-    def _n_step_samples(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """The next ``n_step - 1`` steps of each sampled step's env copy, as far as no agent's episode ends and
-        steps are stored: ``n_step_valid`` ``(batch, n)`` (which of the ``n`` steps count; the first always
-        does), ``n_step_rewards``, ``n_step_active`` and ``n_step_terminated`` ``(batch, n, group, 1)``
-        (zero and False where not valid), and the ``next_*`` entries of the last valid step (where the
-        target bootstraps).
+    def _n_step_window(self, indexes: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The next ``n_step - 1`` steps of each sampled step's env copy, the same for every group (whose
+        memories match and hold the same ``episode_continues``): their flat indexes ``(batch, n)``, which of
+        them count ``(batch, n)`` (stored, and no agent's episode ended before them; the first always counts),
+        and the flat index of the last that counts ``(batch,)``.
         """
-        memory, n_step = group.memory, self.cfg["n_step"]
-        ahead, stored = memory.indexes_ahead(indexes, n_step)
+        memory = self.groups[0].memory
+        ahead, stored = memory.indexes_ahead(indexes, self.cfg["n_step"])
         continues = memory.sample_by_index(["episode_continues"], ahead.flatten())[0].view(ahead.shape)
-        valid = stored.clone()  # step k counts if stored and every step before it went on in the same episode
+        valid = stored.clone()
         valid[:, 1:] &= torch.cumprod(continues[:, :-1], dim=1).bool()
         last = ahead.gather(1, (valid.sum(1, keepdim=True) - 1)).squeeze(1)
+        return ahead, valid, last
+
+    def _n_step_samples(self, group: AgentGroup, ahead: torch.Tensor, valid: torch.Tensor,
+                        last: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """The group's entries of the window of :meth:`_n_step_window`: ``n_step_valid`` ``(batch, n)``,
+        ``n_step_rewards``, ``n_step_active`` and ``n_step_terminated`` ``(batch, n, group, 1)`` (zero and
+        False where not valid), and the ``next_*`` entries of the last valid step (where the target bootstraps).
+        """
+        memory = group.memory
         names = ["rewards", "active", "terminated"]
         per_step = memory.sample_by_index(names, ahead.flatten())
         samples = {}

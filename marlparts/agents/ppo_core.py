@@ -270,7 +270,7 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                     group.memory.reset()
             self.forget_hidden_states(training=True)  # the next episodes start afresh
             return
-        step = memory.memory_index - 1
+        step = memory.newest_step
         with torch.no_grad():
             for group in self.groups:
                 memory = group.memory

@@ -55,6 +55,11 @@ class Memory:
         self._device_given = True
         self.tensors = {name: tensor.to(self.device) for name, tensor in self.tensors.items()}
 
+    @property
+    def newest_step(self) -> int:
+        """The row of the last step written (the last row after writing wrapped to row 0)."""
+        return (self.memory_index - 1) % self.memory_size
+
     def __len__(self) -> int:
         """Number of stored samples (steps × env copies)."""
         return (self.memory_size if self.filled else self.memory_index) * self.num_envs
@@ -117,7 +122,7 @@ class Memory:
         each of them is stored (a step after the newest stored one is not, nor is anything after it).
         """
         step, copy = indexes // self.num_envs, indexes % self.num_envs
-        newest = (self.memory_index - 1) % self.memory_size
+        newest = self.newest_step
         stored_ahead = (newest - step) % self.memory_size if self.filled else newest - step
         offsets = torch.arange(steps, device=indexes.device)
         ahead = ((step.unsqueeze(1) + offsets) % self.memory_size) * self.num_envs + copy.unsqueeze(1)
