@@ -105,6 +105,11 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient():
     y.sum().backward()
     torch.tanh(reference).sum().backward()
     assert torch.allclose(x.grad, reference.grad, atol=1e-6)
+    with torch.no_grad():  # without autograd it takes a path of its own
+        assert torch.allclose(FastTanh()(x), torch.tanh(reference), atol=1e-6)
+    assert torch.equal(FastTanh()(x.detach()), y.detach())
+    small = torch.linspace(-5, 5, FastTanh.SMALL - 1)  # small tensors take PyTorch's own tanh
+    assert torch.equal(FastTanh()(small), torch.tanh(small))
 
 
 def test_categorical_log_prob_and_entropy_match_torch_distribution_in_value_and_gradient():

@@ -2,6 +2,7 @@
 actions, and preprocessor statistics that count only active steps.
 """
 
+import pytest
 import torch
 from helpers import Policy, Value, build_mappo
 from mpe2 import simple_spread_v3
@@ -185,3 +186,41 @@ def test_inactive_steps_stay_out_of_the_maddpg_observation_statistics():
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True}).train()
     scaler = agent.observation_preprocessor(agent.groups[0])
     assert float(scaler.current_count) == 1 + 6 * 2 * 3 - 4 * 2
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
+def test_a_feed_forward_critic_values_the_rollout_at_the_update_as_it_would_have_at_each_step(tmp_path, algorithm):
+    """The rollout is valued in one pass when the update begins; the values must be those the critic gave
+    at each collected step (per-agent stacked critics, a state preprocessor and value normalisation with
+    statistics from earlier rollouts, a rollout that spans two ``train()`` calls with an evaluation between).
+    """
+    set_seed(0)
+    env = spread(num_envs=4)
+    cfg = {"learning_epochs": 1, "mini_batches": 2, "state_preprocessor": RunningStandardScaler,
+           "value_preprocessor": RunningStandardScaler}
+    agent = build_mappo(env, share=False, rollouts=10, directory=str(tmp_path), cfg=cfg, algorithm=algorithm)
+    assert any(group.stacked_roles for group in agent.groups)
+    seen, compared = [], []
+    original_record, original_advantages = agent.record_transition, agent.compute_advantages
+
+    def record_transition(**kwargs):
+        if agent.training:
+            with torch.no_grad():
+                seen.append([agent._values(group, stack_agents(kwargs["observations"], group.uids), kwargs["states"])
+                             for group in agent.groups])
+        original_record(**kwargs)
+
+    def compute_advantages():
+        original_advantages()
+        for k, group in enumerate(agent.groups):
+            expected = torch.stack([step[k] for step in seen[-10:]])
+            compared.append(expected.abs().max().item())
+            assert torch.allclose(group.memory.get_tensor_by_name("values"), expected, atol=1e-5, rtol=1e-5)
+
+    agent.record_transition, agent.compute_advantages = record_transition, compute_advantages
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 26, "disable_progressbar": True})
+    trainer.train()
+    trainer.eval(episodes=4)
+    trainer.train()
+    assert len(compared) == 5 * len(agent.groups)  # five rollouts checked
+    assert min(compared) > 0.0  # values were compared, not zeros

@@ -219,7 +219,12 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                           next_observations: Mapping[str, torch.Tensor], next_states: Optional[torch.Tensor],
                           terminated: Mapping[str, torch.Tensor], truncated: Mapping[str, torch.Tensor],
                           infos: Mapping[str, Any], timestep: int, timesteps: int) -> None:
-        """Store one step per group, with values V(s_t) and, for truncated episodes, V(final observation)."""
+        """Store one step per group and, for truncated episodes, V(final observation). A recurrent critic
+        values the step here (its hidden state moves with the rollout); a feed-forward one values the whole
+        rollout at once when the update begins (:meth:`compute_advantages`): its parameters and input
+        statistics do not change within a rollout, so the values are the same, at one forward pass instead
+        of one per step.
+        """
         if not self.training:
             return
         infos = infos or {}
@@ -229,7 +234,6 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                 self._check_batch(group, obs)
                 truncated_group = stack_agents(truncated, group.uids).bool()
                 final_values = torch.zeros_like(group.cache["log_prob"])
-                values = self._collection_values(group, obs, states)
                 if group.cfg["time_limit_bootstrap"] and truncated_group.any() \
                         and self.can_bootstrap_time_limits(infos, self.USES_STATE):
                     final_obs = stack_agents(infos["final_observation"], group.uids)
@@ -243,9 +247,10 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                     "truncated": truncated_group,
                     "active": group.cache["active"],
                     "log_prob": group.cache["log_prob"],
-                    "values": values,
                     "final_values": final_values,
                 }
+                if "value" in group.hidden:
+                    samples["values"] = self._collection_values(group, obs, states)
                 if self._recurrent(group):
                     samples.update(self._recurrent_samples(group))
                 if self.USES_STATE:
@@ -318,6 +323,8 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
             for group in self.groups:
                 memory = group.memory
                 next_obs = stack_agents(self._next_observations, group.uids)
+                if "value" not in group.hidden:
+                    memory.set_tensor_by_name("values", self._rollout_values(group))
                 values = memory.get_tensor_by_name("values")
                 active = memory.get_tensor_by_name("active")
                 next_active = self._next_infos.get("active") if self._next_infos else None
@@ -344,6 +351,15 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                 normaliser = self.value_normaliser(group)
                 memory.set_tensor_by_name("value_targets", returns if normaliser is None else normaliser(returns))
                 memory.set_tensor_by_name("old_values", values if normaliser is None else normaliser(values, clip=False))
+
+    def _rollout_values(self, group: AgentGroup) -> torch.Tensor:
+        """``V(s_t)`` in return units at every stored step of the rollout, ``(rollouts, num_envs, group, 1)``,
+        by a feed-forward critic in one pass.
+        """
+        memory = group.memory
+        observations = memory.get_tensor_by_name("observations")
+        states = memory.get_tensor_by_name("states").flatten(0, 1) if self.USES_STATE else None
+        return self._values(group, observations.flatten(0, 1), states).unflatten(0, observations.shape[:2])
 
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""

@@ -168,10 +168,9 @@ class StackedTrainedModel(TrainedModel):
         gradients = [parameter.grad for parameter in self.model.parameters() if parameter.grad is not None]
         if not gradients:
             return
-        squares = torch.stack([gradient.square().flatten(1).sum(1) for gradient in gradients]).sum(0)   # (K,)
-        scale = (self.grad_norm_clip / (squares.sqrt() + 1e-6)).clamp(max=1.0)
-        for gradient in gradients:
-            gradient.mul_(scale.view(-1, *([1] * (gradient.dim() - 1))))
+        norms = torch.linalg.vector_norm(torch.cat([gradient.flatten(1) for gradient in gradients], 1), dim=1)  # (K,)
+        scale = (self.grad_norm_clip / (norms + 1e-6)).clamp_(max=1.0)
+        torch._foreach_mul_(gradients, [scale.view(-1, *([1] * (gradient.dim() - 1))) for gradient in gradients])
 
 
 def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int],
