@@ -9,7 +9,9 @@ Figures (env steps per second; one env step = one joint step of one env copy):
    example's number of copies;
 2. env-only rate with the same copies in ``--workers`` worker processes, and its ratio to (1);
 3. MAPPO training rate (the example's config: act + env + record + update) in one process,
-   and its ratio to env-only stepping of the same copies; the same for MADDPG (its example's
+   and its ratio to env-only stepping of the same copies, the share of its time in the update and the
+   share its matrix products alone would take at the rate of one hidden-layer product of a minibatch
+   (the rest of the update is the cost of its many small operations); the same for MADDPG (its example's
    config and copies, continuous actions, against env-only stepping of the continuous task);
 4. per-step cost of MAPPO training with shared parameters on a batched synthetic env whose
    step costs nearly nothing, for 3 and 30 agents, and their ratio; with the matrix-product
@@ -170,7 +172,7 @@ def mpe_figures(args, report) -> None:
            "  ratio to one process:           {:8.2f}x (bar >= 1.3)")
 
     train_env = make_spread_env(num_envs, device=args.device)
-    train, seconds, _ = training_stepper("mappo", train_env, args.directory)
+    train, seconds, agent = training_stepper("mappo", train_env, args.directory, count_work=True)
     train_seconds, env_seconds = interleaved(train, single, args.chunk, args.rounds)
     train_env.close()
     single_env.close()
@@ -179,6 +181,10 @@ def mpe_figures(args, report) -> None:
     report("mappo_over_env_only", env_seconds / train_seconds, "  ratio to env-only:              {:8.1%} (bar >= 70%)")
     report("mappo_update_share", seconds["update"] / (train_seconds * args.chunk * (args.rounds + 1)),
            "  share of training time in update: {:6.1%}")
+    # the update's arithmetic: its matrix products at the rate one hidden-layer product of a minibatch reaches
+    rows = len(agent.possible_agents) * num_envs * agent.cfg["rollouts"] // agent.cfg["mini_batches"]
+    report("mappo_matmul_share", seconds["flop_per_step"] / matmul_rate(rows) / train_seconds,
+           f"  matrix products alone, at the rate of a ({rows}, 64) @ (64, 64) product: {{:.1%}} of training time")
 
     num_envs = args.num_envs or COPIES["maddpg"]
     train_env = make_spread_env(num_envs, continuous=True, device=args.device)
