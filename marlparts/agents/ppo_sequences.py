@@ -90,10 +90,10 @@ class RecurrentPPOMixin:
         return output
 
     def _collection_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
-        """``V(s_t)`` in return units at a collected step, the recurrent critic's state advanced and stored."""
-        memory = group.hidden.get("value")
-        if memory is None:
-            return self._values(group, observations, states)
+        """``V(s_t)`` in return units at a collected step by the group's recurrent critic, its state advanced
+        and stored (a feed-forward critic values the whole rollout at the update instead).
+        """
+        memory = group.hidden["value"]
         starts, copy_starts = group.cache["starts"], group.cache["copy_starts"]
         used: List[torch.Tensor] = []
 

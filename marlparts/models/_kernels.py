@@ -10,12 +10,17 @@ import torch
 from torch import nn
 
 
+def _tanh_by_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """``2·sigmoid(2x) − 1``: one new tensor, three in-place passes."""
+    return torch.mul(x, 2.0).sigmoid_().mul_(2.0).sub_(1.0)
+
+
 class _TanhFunction(torch.autograd.Function):
     """``tanh(x) = 2·sigmoid(2x) − 1`` with the backward ``g·(1 − y²)`` computed from the output."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        y = torch.mul(x, 2.0).sigmoid_().mul_(2.0).sub_(1.0)  # one new tensor, three in-place passes
+        y = _tanh_by_sigmoid(x)
         ctx.save_for_backward(y)
         return y
 
@@ -41,7 +46,7 @@ class FastTanh(nn.Module):
             return torch.tanh(x)
         if x.requires_grad and torch.is_grad_enabled():
             return _TanhFunction.apply(x)
-        return torch.mul(x, 2.0).sigmoid_().mul_(2.0).sub_(1.0)
+        return _tanh_by_sigmoid(x)
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
