@@ -98,7 +98,7 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient():
     from marlparts.models._kernels import FastTanh
 
     assert isinstance(mlp(3, 2)[1], FastTanh)  # what mlp puts where torch.nn.Tanh is asked for
-    x = torch.linspace(-20, 20, 10001, requires_grad=True)
+    x = torch.linspace(-20, 20, FastTanh.SMALL_WITH_GRADIENT + 1, requires_grad=True)  # the autograd function
     reference = x.detach().clone().requires_grad_(True)
     y = FastTanh()(x)
     assert torch.allclose(y, torch.tanh(reference), atol=1e-6)
@@ -110,6 +110,8 @@ def test_tanh_matches_torch_tanh_in_value_and_gradient():
     assert torch.equal(FastTanh()(x.detach()), y.detach())
     small = torch.linspace(-5, 5, FastTanh.SMALL - 1)  # small tensors take PyTorch's own tanh
     assert torch.equal(FastTanh()(small), torch.tanh(small))
+    small = small.requires_grad_(True)
+    assert FastTanh()(small).grad_fn.name() == torch.tanh(small).grad_fn.name()
 
 
 def test_categorical_log_prob_and_entropy_match_torch_distribution_in_value_and_gradient():

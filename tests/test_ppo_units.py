@@ -224,3 +224,49 @@ def test_a_feed_forward_critic_values_the_rollout_at_the_update_as_it_would_have
     trainer.train()
     assert len(compared) == 5 * len(agent.groups)  # five rollouts checked
     assert min(compared) > 0.0  # values were compared, not zeros
+
+
+@pytest.mark.parametrize("members", [0, 3])
+def test_ppo_losses_are_the_masked_means_of_their_terms(members):
+    """The weighted sums of ``ppo_losses`` equal the masked mean of each term (per member, then over members),
+    including a member with no active sample (it adds nothing)."""
+    from marlparts.agents.losses import masked_mean
+    from marlparts.agents.ppo_losses import ppo_losses
+
+    generator = torch.Generator().manual_seed(0)
+    rows = 12 * (members or 1)
+    def column():
+        return torch.randn(rows, 1, generator=generator)
+    log_prob, old_log_prob, advantages, entropy = column(), column(), column(), column().abs()
+    predicted, targets, old_values = column(), column(), column()
+    active = torch.rand(rows, 1, generator=generator) > 0.3
+    if members:
+        active.view(-1, members)[:, 1] = False  # the second member never acts
+    cfg = {"ratio_clip": 0.2, "clip_predicted_values": True, "value_clip": 0.2, "value_loss_scale": 0.5,
+           "entropy_loss_scale": 0.01}
+    losses = ppo_losses(log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, entropy=entropy,
+                        predicted=predicted, targets=targets, old_values=old_values, active=active, cfg=cfg,
+                        members=members)
+    ratio = (log_prob - old_log_prob).exp()
+    surrogate = torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
+    clipped = old_values + (predicted - old_values).clamp(-0.2, 0.2)
+    value_error = torch.max((predicted - targets).square(), (clipped - targets).square())
+    def mean(values):
+        return masked_mean(values, active, members=members)
+    torch.testing.assert_close(losses["policy"], -mean(surrogate))
+    torch.testing.assert_close(losses["value"], 0.5 * mean(value_error))
+    torch.testing.assert_close(losses["entropy"], -0.01 * mean(entropy))
+    torch.testing.assert_close(losses["kl"], mean(ratio - 1.0 - (log_prob - old_log_prob)))
+    if members:  # each member weighs the same: the silent one counts as 0 in the mean over members
+        own = [masked_mean(entropy.view(-1, members)[:, k], active.view(-1, members)[:, k]) for k in range(members)]
+        torch.testing.assert_close(losses["entropy_value"], sum(own) / members)
+
+
+def test_ppo_losses_name_a_policy_output_with_more_than_one_value_per_sample():
+    from marlparts.agents.ppo_losses import ppo_losses
+
+    one = torch.zeros(4, 1)
+    with pytest.raises(ValueError, match="the policy's entropy has shape \\(4, 2\\)"):
+        ppo_losses(log_prob=one, old_log_prob=one, advantages=one, entropy=torch.zeros(4, 2), predicted=one,
+                   targets=one, old_values=one, active=one.bool(), cfg={"ratio_clip": 0.2, "clip_predicted_values": False,
+                   "value_loss_scale": 1.0, "entropy_loss_scale": 0.0})

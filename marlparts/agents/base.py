@@ -334,6 +334,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
 
     def mean_over_agents(self, group_values: Sequence[Mapping[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
         """``{key: mean over agents}`` from one ``{key: group mean}`` per group (groups weighted by size)."""
+        if len(group_values) == 1 and self.groups[0].size == len(self.possible_agents):
+            return dict(group_values[0])  # one group of every agent: its means are the means over agents
         weights = [group.size / len(self.possible_agents) for group in self.groups]
         return {key: sum(w * values[key] for w, values in zip(weights, group_values)) for key in group_values[0]}
 

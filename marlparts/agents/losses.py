@@ -21,6 +21,20 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def masked_mean_weights(mask: torch.Tensor, *, members: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Per-entry weights ``w`` (shaped like ``mask``) with ``(values * w).sum()`` equal to
+    :func:`masked_mean` ``(values, mask, members=members)``: computed once, they turn every masked mean of
+    a batch into one product and one sum (the losses of one minibatch share their mask).
+    """
+    mask = mask.to(dtype)
+    if members:
+        per_member = mask.unflatten(0, (-1, members))
+        counts = per_member.flatten(2).sum((0, 2)).clamp(min=1.0)  # (members,)
+        shape = (1, members) + (1,) * (per_member.dim() - 2)
+        return (per_member / (counts.view(shape) * members)).flatten(0, 1)
+    return mask / mask.sum().clamp(min=1.0)
+
+
 def masked_mean_std(values: torch.Tensor, mask: torch.Tensor, *, dims: Tuple[int, ...]) -> Tuple[torch.Tensor, torch.Tensor]:
     """Mean and (unbiased) standard deviation of ``values`` over ``dims`` where ``mask`` is True, kept as
     size-1 dims for broadcasting; the standard deviation is 1 where fewer than two values count.

@@ -4,7 +4,7 @@ from typing import Dict, Mapping
 
 import torch
 
-from marlparts.agents.losses import masked_mean
+from marlparts.agents.losses import masked_mean_weights
 
 
 def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
@@ -16,7 +16,14 @@ def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages
     ``ratio_clip``, ``entropy_loss_scale``, ``clip_predicted_values``, ``value_clip`` and ``value_loss_scale``.
     With ``members`` (agents with models of their own, merged into one group), each loss is the mean
     over the agents of each agent's own mean (see :func:`~marlparts.agents.losses.masked_mean`).
+    Every tensor holds one value per sample (``(samples,)`` or ``(samples, 1)``).
     """
+    samples = active.numel()
+    for name, tensor in (("the policy's log_prob", log_prob), ("the policy's entropy", entropy),
+                         ("the critic's prediction", predicted)):
+        if tensor.numel() != samples:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}: one value per sample "
+                             f"({samples} samples) is expected, e.g. (batch, 1)")
     log_ratio = log_prob - old_log_prob
     ratio = log_ratio.exp()
     clip = cfg["ratio_clip"]
@@ -26,10 +33,11 @@ def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages
         limit = cfg["value_clip"]
         clipped = old_values + (predicted - old_values).clamp(-limit, limit)
         value_error = torch.max(value_error, (clipped - targets).square())
-    def mean(values: torch.Tensor) -> torch.Tensor:
-        return masked_mean(values, active, members=members)
-
+    # the three masked means in one product and one sum (each column of ``terms`` one loss)
     with torch.no_grad():
-        kl = mean(ratio - 1.0 - log_ratio)
-    return {"policy": -mean(surrogate), "value": cfg["value_loss_scale"] * mean(value_error),
-            "entropy": -cfg["entropy_loss_scale"] * mean(entropy), "kl": kl, "entropy_value": mean(entropy.detach())}
+        weights = masked_mean_weights(active.reshape(-1, 1), members=members, dtype=log_prob.dtype)
+        kl = ((ratio - 1.0 - log_ratio).reshape(-1, 1) * weights).sum()
+    terms = torch.cat([surrogate.reshape(-1, 1), value_error.reshape(-1, 1), entropy.reshape(-1, 1)], dim=1)
+    surrogate_mean, value_error_mean, entropy_mean = (terms * weights).sum(0).unbind()
+    return {"policy": -surrogate_mean, "value": cfg["value_loss_scale"] * value_error_mean,
+            "entropy": -cfg["entropy_loss_scale"] * entropy_mean, "kl": kl, "entropy_value": entropy_mean.detach()}

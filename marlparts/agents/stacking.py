@@ -165,12 +165,15 @@ class StackedTrainedModel(TrainedModel):
         """Clip each member's gradient to norm ``grad_norm_clip`` on its own, as its own optimizer would."""
         if self.grad_norm_clip <= 0:
             return
-        gradients = [parameter.grad for parameter in self.model.parameters() if parameter.grad is not None]
+        gradients = [parameter.grad for group in self.optimizer.param_groups for parameter in group["params"]
+                     if parameter.grad is not None]
         if not gradients:
             return
         norms = torch.linalg.vector_norm(torch.cat([gradient.flatten(1) for gradient in gradients], 1), dim=1)  # (K,)
         scale = (self.grad_norm_clip / (norms + 1e-6)).clamp_(max=1.0)
-        torch._foreach_mul_(gradients, [scale.view(-1, *([1] * (gradient.dim() - 1))) for gradient in gradients])
+        # the (K, 1, ...) view of the scales that each number of dimensions takes
+        views = {dims: scale.view(-1, *([1] * (dims - 1))) for dims in {gradient.dim() for gradient in gradients}}
+        torch._foreach_mul_(gradients, [views[gradient.dim()] for gradient in gradients])
 
 
 def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int],

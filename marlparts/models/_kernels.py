@@ -36,17 +36,18 @@ class FastTanh(nn.Module):
     backward is PyTorch's fused ``tanh_backward``.
     """
 
-    SMALL = 4096  # below this many elements the fixed cost of the extra calls outweighs the faster kernel
+    # below these many elements the fixed cost of the extra calls outweighs the faster kernel: a few thousand
+    # without a gradient, tens of thousands with one (the autograd function's own backward node costs more)
+    SMALL = 8192
+    SMALL_WITH_GRADIENT = 32768
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``tanh(x)``: PyTorch's own for small tensors (acting on a few env copies, small minibatches),
         the faster form for large ones, without the autograd function where no gradient is recorded.
         """
-        if x.numel() < self.SMALL:
-            return torch.tanh(x)
         if x.requires_grad and torch.is_grad_enabled():
-            return _TanhFunction.apply(x)
-        return _tanh_by_sigmoid(x)
+            return torch.tanh(x) if x.numel() < self.SMALL_WITH_GRADIENT else _TanhFunction.apply(x)
+        return torch.tanh(x) if x.numel() < self.SMALL else _tanh_by_sigmoid(x)
 
 
 def log_softmax(logits: torch.Tensor) -> torch.Tensor:
