@@ -1,3 +1,4 @@
+import copy
 import os
 
 import pytest
@@ -332,3 +333,23 @@ def test_ppo_updates_when_the_rollout_is_full_across_train_calls(tmp_path):
     for steps in (3, 3, 2):  # 8 steps: a full rollout after the 4th and the 8th
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
     assert updates == [True, True]
+
+
+@pytest.mark.parametrize("limit", [0.05, 1e6])
+def test_a_trained_model_clips_and_forgets_its_gradients_as_torch_does(limit):
+    from marlparts.agents.trained_model import TrainedModel
+
+    torch.manual_seed(0)
+    ours = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    theirs = copy.deepcopy(ours)
+    record = TrainedModel(name="policy[a]", role="policy", model=ours, owners=["a"],
+                          optimizer=torch.optim.Adam(ours.parameters()), grad_norm_clip=limit)
+    inputs = torch.randn(16, 4)
+    for model in (ours, theirs):
+        model(inputs).square().sum().backward()
+    record.clip_gradients()
+    torch.nn.utils.clip_grad_norm_(theirs.parameters(), limit)
+    for mine, reference in zip(ours.parameters(), theirs.parameters()):
+        torch.testing.assert_close(mine.grad, reference.grad)
+    record.zero_gradients()
+    assert all(parameter.grad is None for parameter in ours.parameters())

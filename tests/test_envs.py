@@ -221,3 +221,16 @@ def test_actions_of_the_wrong_type_are_named():
     actions = {uid: np.ones((2, 1), dtype=np.int64) for uid in env.possible_agents}
     _, rewards, _, _, _ = env.step(actions)
     assert torch.all(rewards["agent_0"] == 1.0)
+
+
+@pytest.mark.parametrize("value", [5, -1])
+def test_an_integer_action_outside_its_space_names_the_agent_the_copy_and_the_value(value):
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=3, seed=0)
+    env.reset()
+    actions = {uid: torch.zeros(3, 1, dtype=torch.long) for uid in env.possible_agents}
+    actions["agent_1"][2, 0] = value  # Discrete(5): 0..4
+    with pytest.raises(ValueError, match=rf"agent 'agent_1' in env copy 2 is {value}, outside its action space "
+                                         r"Discrete\(5\)"):
+        env.step(actions)
+    actions["agent_1"][2, 0] = 4
+    env.step(actions)  # the largest action is inside

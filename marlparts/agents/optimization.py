@@ -22,7 +22,7 @@ class OptimizationMixin:
         loss is scaled and the gradients unscaled before clipping.
         """
         for record in records:
-            record.optimizer.zero_grad(set_to_none=True)
+            record.zero_gradients()
         scaler = self._grad_scaler
         (scaler.scale(loss) if scaler is not None else loss).backward()
         average_gradients(parameter for record in records for parameter in record.model.parameters())

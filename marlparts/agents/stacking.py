@@ -80,11 +80,14 @@ class StackedOptimizerSlice:
     Args:
         optimizer: the optimizer of the stacked parameters.
         index: the member's position in the stack.
-        shapes: the shapes of the member's own parameters, in the stack's parameter order.
+        stack: the stacked models, which say how a slice of each stacked parameter (and of its state)
+            lies in the member's own layout (:meth:`StackedModels.member_view`).
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, index: int, shapes: Sequence[torch.Size]) -> None:
-        self.optimizer, self.index, self.shapes = optimizer, index, list(shapes)
+    def __init__(self, optimizer: torch.optim.Optimizer, index: int, stack: StackedModels) -> None:
+        self.optimizer, self.index = optimizer, index
+        self.names = [name for name, _ in stack.member_parameters]  # the stack's parameter order
+        self.member_view = stack.member_view
 
     def _parameters(self) -> List[torch.Tensor]:
         return [parameter for group in self.optimizer.param_groups for parameter in group["params"]]
@@ -94,7 +97,8 @@ class StackedOptimizerSlice:
         full = self.optimizer.state_dict()
         state = {}
         for position, values in full["state"].items():
-            state[position] = {key: value[self.index].reshape(self.shapes[position]).clone()
+            state[position] = {key: self.member_view(self.names[position], value[self.index]).clone(
+                                   memory_format=torch.contiguous_format)
                                if isinstance(value, torch.Tensor) and key != "step" else copy.deepcopy(value)
                                for key, value in values.items()}
         return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
@@ -119,7 +123,11 @@ class StackedOptimizerSlice:
                 if isinstance(value, torch.Tensor) and key != "step":
                     if key not in own:
                         own[key] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
-                    own[key][self.index].copy_(value.reshape(own[key][self.index].shape))
+                    target = self.member_view(self.names[position], own[key][self.index])
+                    if target.shape != value.shape:
+                        raise ValueError(f"the optimizer state {key!r} of parameter {self.names[position]!r} has shape "
+                                         f"{tuple(value.shape)}, the parameter {tuple(target.shape)}")
+                    target.copy_(value)
                 elif isinstance(value, torch.Tensor):  # the step count, where the optimizer keeps it
                     device = own[key].device if key in own else (
                         parameter.device if self.optimizer.defaults.get("fused") or
@@ -144,11 +152,10 @@ class StackedTrainedModel(TrainedModel):
 
     def checkpoint_parts(self) -> Dict[str, Any]:
         """Each member's model, optimizer slice, scheduler and preprocessors, named as without stacking."""
-        shapes = [parameter.shape for parameter in self.model.members[0].parameters()]
         parts: Dict[str, Any] = {}
         for k, (name, member) in enumerate(zip(self.member_names, self.model.members)):
             parts[name] = member
-            parts[f"optimizer:{name}"] = StackedOptimizerSlice(self.optimizer, k, shapes)
+            parts[f"optimizer:{name}"] = StackedOptimizerSlice(self.optimizer, k, self.model)
             if self.scheduler is not None:
                 parts[f"scheduler:{name}"] = self.scheduler
             if self.input_preprocessor is not None:
@@ -165,8 +172,7 @@ class StackedTrainedModel(TrainedModel):
         """Clip each member's gradient to norm ``grad_norm_clip`` on its own, as its own optimizer would."""
         if self.grad_norm_clip <= 0:
             return
-        gradients = [parameter.grad for group in self.optimizer.param_groups for parameter in group["params"]
-                     if parameter.grad is not None]
+        gradients = [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
         if not gradients:
             return
         norms = torch.linalg.vector_norm(torch.cat([gradient.flatten(1) for gradient in gradients], 1), dim=1)  # (K,)

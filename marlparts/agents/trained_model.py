@@ -54,7 +54,25 @@ class TrainedModel:
         """``{name: learning rate}`` of the model(s) this record trains, for the logs."""
         return {self.name: self.learning_rate()}
 
+    def trained_parameters(self) -> List[torch.Tensor]:
+        """The parameters its optimizer steps (read from the optimizer: no walk over the model's modules)."""
+        return [parameter for group in self.optimizer.param_groups for parameter in group["params"]]
+
+    def zero_gradients(self) -> None:
+        """Forget the gradients of the trained parameters (``zero_grad(set_to_none=True)`` without its per-call
+        bookkeeping, which costs more than a minibatch's small operations).
+        """
+        for parameter in self.trained_parameters():
+            parameter.grad = None
+
     def clip_gradients(self) -> None:
-        """Clip the gradient of the model's parameters to norm ``grad_norm_clip`` (0: no clipping)."""
-        if self.grad_norm_clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_norm_clip)
+        """Scale the gradient of the trained parameters to norm at most ``grad_norm_clip`` (0: no clipping), as
+        ``torch.nn.utils.clip_grad_norm_`` does, with one norm over the concatenated gradients.
+        """
+        if self.grad_norm_clip <= 0:
+            return
+        gradients = [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
+        if not gradients:
+            return
+        norm = torch.linalg.vector_norm(torch.cat([gradient.flatten() for gradient in gradients]))
+        torch._foreach_mul_(gradients, (self.grad_norm_clip / (norm + 1e-6)).clamp_(max=1.0))

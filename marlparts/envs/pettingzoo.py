@@ -88,6 +88,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         self.env_failures = 0
         self.possible_agents = list(self.layout.possible_agents)
         self._agent_ids = frozenset(self.possible_agents)
+        self._action_bounds = self._integer_action_bounds()
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.seed = seed
@@ -228,19 +229,38 @@ class PettingZooParallelWrapper(MultiAgentEnv):
                 raise KeyError(f"no action for agent {uid!r}: step() needs one action tensor per possible agent")
             space = self.layout.action_spaces[uid]
             action = self._action_array(uid, actions[uid], space)
-            expected = (self.num_envs, layout.widths[layout.index(uid)])
+            columns = layout.columns(uid)
+            expected = (self.num_envs, columns.stop - columns.start)
             if action.shape != expected:
                 raise ValueError(f"action for agent {uid!r} has shape {action.shape}, expected {expected} "
                                  f"for action space {space}")
-            if isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete)):
-                low = space.start if isinstance(space, gymnasium.spaces.Discrete) else np.zeros_like(space.nvec).ravel()
-                high = low + (space.n if isinstance(space, gymnasium.spaces.Discrete) else space.nvec.ravel())
-                outside = (action < low) | (action >= high)
-                if outside.any():
-                    row, column = (int(i[0]) for i in np.nonzero(outside))
-                    raise ValueError(f"action for agent {uid!r} in env copy {row} is {action[row, column]}, outside "
-                                     f"its action space {space}")
-            buffer[:, layout.columns(uid)] = action
+            buffer[:, columns] = action
+        if self._action_bounds is not None:  # every integer action inside its space, checked at once
+            low, high = self._action_bounds
+            outside = (buffer < low) | (buffer >= high)
+            if outside.any():
+                row, column = (int(i[0]) for i in np.nonzero(outside))
+                uid = layout.uid_at(column)
+                raise ValueError(f"action for agent {uid!r} in env copy {row} is {int(buffer[row, column])}, outside "
+                                 f"its action space {self.layout.action_spaces[uid]}")
+
+    def _integer_action_bounds(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """``(low, high)`` per action column: an integer action must lie in ``[low, high)``; the columns of
+        continuous actions are unbounded here. None when no agent has an integer action space.
+        """
+        layout = self.layout.actions
+        low, high = np.full(layout.total, -np.inf), np.full(layout.total, np.inf)
+        integer = False
+        for uid in self.possible_agents:
+            space, columns = self.layout.action_spaces[uid], layout.columns(uid)
+            if isinstance(space, gymnasium.spaces.Discrete):
+                low[columns], high[columns] = space.start, space.start + space.n
+            elif isinstance(space, gymnasium.spaces.MultiDiscrete):
+                low[columns], high[columns] = 0, space.nvec.ravel()
+            else:
+                continue
+            integer = True
+        return (low, high) if integer else None
 
     @staticmethod
     def _action_array(uid: str, action: Any, space: gymnasium.Space) -> np.ndarray:

@@ -22,9 +22,14 @@ from marlparts.models.recurrent import is_recurrent
 class StackedLinear(nn.Module):
     """``K`` linear layers applied to ``(K, batch, in)`` inputs in one batched product.
 
+    The weights are kept transposed, ``(K, in, out)`` (member ``k``'s ``nn.Linear`` weight is the
+    transposed view of slice ``k``), and the biases as ``(K, 1, out)``: the product then reads them as
+    they lie, with no transpose or unsqueeze in the forward pass or in the gradient, which for the
+    small layers of a policy costs as much as the product itself.
+
     Args:
-        weight: ``(K, out, in)`` stacked weights.
-        bias: ``(K, out)`` stacked biases, or None.
+        weight: ``(K, in, out)`` stacked transposed weights.
+        bias: ``(K, 1, out)`` stacked biases, or None.
     """
 
     def __init__(self, weight: nn.Parameter, bias: Optional[nn.Parameter]) -> None:
@@ -37,8 +42,8 @@ class StackedLinear(nn.Module):
         if x.dim() != 3:
             raise ValueError(f"a stacked linear layer takes (models, batch, features) inputs, got {tuple(x.shape)}")
         if self.bias is None:
-            return torch.bmm(x, self.weight.transpose(1, 2))
-        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight.transpose(1, 2))
+            return torch.bmm(x, self.weight)
+        return torch.baddbmm(self.bias, x, self.weight)
 
 
 def _owner(module: nn.Module, dotted: str) -> Tuple[nn.Module, str]:
@@ -109,14 +114,17 @@ class StackedModels(nn.Module):
         members: the member models, in stack order (not submodules: :meth:`parameters` yields the
             stacked parameters only, which the optimizer trains).
         member_parameters: ``[(name, stacked parameter)]`` in each member's ``named_parameters`` order.
+        transposed: the names of the stacked parameters whose slice ``k`` is member ``k``'s parameter
+            transposed (linear weights); every other slice is the member's parameter with a leading 1.
     """
 
     def __init__(self, members: Sequence[Model], batched: Model,
-                 member_parameters: List[Tuple[str, nn.Parameter]]) -> None:
+                 member_parameters: List[Tuple[str, nn.Parameter]], transposed: Sequence[str] = ()) -> None:
         super().__init__()
         self.batched = batched
         self.__dict__["members"] = list(members)  # plain attribute: not registered as submodules
         self.member_parameters = member_parameters
+        self.transposed = frozenset(transposed)
         self.size = len(members)
 
     @classmethod
@@ -128,26 +136,28 @@ class StackedModels(nn.Module):
         """
         if len(members) < 2 or stacking_obstacle(members) is not None:
             return None
-        batched, stacked = cls._batched_copy(members)
-        stack = cls(members, batched, stacked)
+        batched, stacked, transposed = cls._batched_copy(members)
+        stack = cls(members, batched, stacked, transposed)
         return stack if stack._reproduces_members(check_inputs) else None
 
     @staticmethod
-    def _batched_copy(members: Sequence[Model]) -> Tuple[Model, List[Tuple[str, nn.Parameter]]]:
+    def _batched_copy(members: Sequence[Model]) -> Tuple[Model, List[Tuple[str, nn.Parameter]], List[str]]:
         """A copy of the first member whose linear layers are :class:`StackedLinear` over the members'
-        stacked weights and whose other parameters and buffers are stacked as ``(K, 1, *shape)``, which
-        broadcasts over ``(K, batch, ...)`` activations.
+        stacked (transposed) weights and whose other parameters and buffers are stacked as
+        ``(K, 1, *shape)``, which broadcasts over ``(K, batch, ...)`` activations; the stacked parameters;
+        and the names of those stacked transposed.
         """
         first = members[0]
         batched = copy.deepcopy(first)
         linear_names = {name for name, module in first.named_modules() if type(module) is nn.Linear}
         stacked: Dict[str, nn.Parameter] = {}
+        transposed = [f"{name}.weight" if name else "weight" for name in linear_names]
         for name, _ in first.named_parameters():
-            values = torch.stack([member.get_parameter(name).detach() for member in members])
-            module_name, _, local = name.rpartition(".")
-            if module_name not in linear_names:
-                values = values.unsqueeze(1)
-            stacked[name] = nn.Parameter(values.clone(), requires_grad=first.get_parameter(name).requires_grad)
+            if name in transposed:
+                values = torch.stack([member.get_parameter(name).detach().t() for member in members])
+            else:
+                values = torch.stack([member.get_parameter(name).detach() for member in members]).unsqueeze(1)
+            stacked[name] = nn.Parameter(values.contiguous(), requires_grad=first.get_parameter(name).requires_grad)
         for module_name in linear_names:
             prefix = f"{module_name}." if module_name else ""
             layer = StackedLinear(stacked[f"{prefix}weight"], stacked.get(f"{prefix}bias"))
@@ -165,7 +175,7 @@ class StackedModels(nn.Module):
             owner, local = _owner(batched, name)
             owner.register_buffer(local, torch.stack([member.get_buffer(name) for member in members]).unsqueeze(1),
                                   persistent=local not in owner._non_persistent_buffers_set)
-        return batched, [(name, stacked[name]) for name, _ in first.named_parameters()]
+        return batched, [(name, stacked[name]) for name, _ in first.named_parameters()], transposed
 
     def _reproduces_members(self, num_inputs: int) -> bool:
         """Whether the stacked run gives each member's own outputs on random inputs (a ``compute`` that
@@ -195,12 +205,20 @@ class StackedModels(nn.Module):
             for k, member in enumerate(self.members):
                 owner, local = _owner(member, name)
                 old = getattr(owner, local)
-                setattr(owner, local, nn.Parameter(stacked.data[k].view(old.shape), requires_grad=old.requires_grad))
+                setattr(owner, local, nn.Parameter(self.member_view(name, stacked.data[k]), requires_grad=old.requires_grad))
         for name, stacked in self.batched.named_buffers():
             for k, member in enumerate(self.members):
                 owner, local = _owner(member, name)
                 owner.register_buffer(local, stacked[k].view(getattr(owner, local).shape),
                                       persistent=local not in owner._non_persistent_buffers_set)
+
+    def member_view(self, name: str, stacked_slice: torch.Tensor) -> torch.Tensor:
+        """Slice ``k`` of the stacked parameter ``name`` (or of a tensor shaped like it, such as an optimizer
+        state) viewed as member ``k``'s own parameter.
+        """
+        if name in self.transposed:
+            return stacked_slice.t()
+        return stacked_slice.squeeze(0)
 
     # ----------------------------------------------------------------------------- running
     def _to_stack(self, tensor: torch.Tensor) -> torch.Tensor:
