@@ -54,6 +54,11 @@ PPO_DEFAULT_CONFIG: Config = Config({
 })
 
 
+def _rows_to_agents(tensor: torch.Tensor, rows: torch.Size) -> torch.Tensor:
+    """``(copies * agents, ...)`` rows as ``(copies, agents, ...)`` (a view where the rows allow one)."""
+    return tensor.reshape(rows + tensor.shape[1:])
+
+
 class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
     """PPO for several agents, one batch per group of agents that share models.
 
@@ -200,16 +205,17 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
             if self._recurrent(group):
                 self._recurrent_policy_step(group, inputs, obs.shape[0], infos, obs.device)
             sampled, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
+            rows = obs.shape[:2]  # (copies, agents of the group)
             if "policy" in group.hidden:
                 group.hidden["policy"].keep(outputs["hidden"], self.training)
             chosen = sampled if self.training or self.stochastic_evaluation else outputs["mean_actions"]
-            actions.update(unstack_agents(chosen.unflatten(0, obs.shape[:2]), group.uids))
+            actions.update(unstack_agents(_rows_to_agents(chosen, rows), group.uids))
             if self.training:
-                group.cache["actions"] = outputs.get("sampled_actions", sampled).unflatten(0, obs.shape[:2])
-                group.cache["log_prob"] = log_prob.unflatten(0, obs.shape[:2])
+                group.cache["actions"] = _rows_to_agents(outputs.get("sampled_actions", sampled), rows)
+                group.cache["log_prob"] = _rows_to_agents(log_prob, rows)
                 group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
                 if masks is not None:
-                    group.cache["action_mask"] = inputs["action_mask"].unflatten(0, obs.shape[:2])
+                    group.cache["action_mask"] = _rows_to_agents(inputs["action_mask"], rows)
         if self.training:
             self._fresh_start = False
         return actions

@@ -223,7 +223,7 @@ class StackedModels(nn.Module):
     # ----------------------------------------------------------------------------- running
     def _to_stack(self, tensor: torch.Tensor) -> torch.Tensor:
         """``(batch * K, ...)`` rows to ``(K, batch, ...)``."""
-        return tensor.unflatten(0, (-1, self.size)).transpose(0, 1)
+        return tensor.reshape((-1, self.size) + tensor.shape[1:]).transpose(0, 1)
 
     def _from_stack(self, tensor: Any) -> Any:
         """``(K, batch, ...)`` to ``(batch * K, ...)`` rows (other values as they are)."""

@@ -105,7 +105,8 @@ def stack_agents(tensors: Mapping[str, torch.Tensor], uids: Sequence[str]) -> to
     if isinstance(tensors, AgentTensors):
         columns, width = tensors.layout.block(uids)
         if columns is not None:
-            return tensors.data[:, columns].unflatten(-1, (len(uids), width))
+            data = tensors.data.narrow(-1, columns.start, columns.stop - columns.start)
+            return data.reshape(data.shape[:-1] + (len(uids), width))
     try:
         return torch.stack([tensors[uid] for uid in uids], dim=1)
     except KeyError as error:
