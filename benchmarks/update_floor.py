@@ -20,7 +20,6 @@ import json
 import pathlib
 import sys
 import tempfile
-import time
 from typing import Callable
 
 import torch

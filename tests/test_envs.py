@@ -1,3 +1,4 @@
+import gymnasium
 import numpy as np
 import pytest
 import torch
@@ -5,6 +6,7 @@ from mpe2 import simple_spread_v3
 from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.envs import EnvCopyError, wrap_env
+from marlparts.trainers.opponents import RandomPolicy
 
 
 def actions_for(env, value=1):
@@ -234,3 +236,49 @@ def test_an_integer_action_outside_its_space_names_the_agent_the_copy_and_the_va
         env.step(actions)
     actions["agent_1"][2, 0] = 4
     env.step(actions)  # the largest action is inside
+
+
+class ShiftedActionsEnv(CountingEnv):
+    """CountingEnv whose integer action spaces do not start at 0; it keeps every action it is given."""
+
+    SPACES = {"agent_0": gymnasium.spaces.Discrete(4, start=-2),
+              "agent_1": gymnasium.spaces.MultiDiscrete([2, 3], start=[1, -1]),
+              "agent_2": gymnasium.spaces.Discrete(4)}
+
+    def __init__(self):
+        super().__init__(max_steps=50, leave_at=100)
+        self.received = []
+
+    def action_space(self, agent):
+        return self.SPACES[agent]
+
+    def step(self, actions):
+        for uid, action in actions.items():
+            assert self.SPACES[uid].contains(np.asarray(action, dtype=np.int64)), (uid, action)
+        self.received.append(actions)
+        return super().step({uid: 0.0 for uid in actions})
+
+
+def test_integer_actions_are_indexes_from_zero_and_the_env_gets_them_shifted_by_its_start():
+    copy = ShiftedActionsEnv()
+    env = wrap_env(copy, num_envs=1, seed=0)
+    assert env.action_space("agent_0") == gymnasium.spaces.Discrete(4)
+    assert env.action_space("agent_1") == gymnasium.spaces.MultiDiscrete([2, 3])
+    env.reset()
+    env.step({"agent_0": torch.tensor([[3]]), "agent_1": torch.tensor([[1, 2]]), "agent_2": torch.tensor([[3]])})
+    env.step({"agent_0": torch.tensor([[0]]), "agent_1": torch.tensor([[0, 0]]), "agent_2": torch.tensor([[0]])})
+    first, second = copy.received
+    assert first["agent_0"] == 1 and first["agent_1"].tolist() == [2, 1] and first["agent_2"] == 3
+    assert second["agent_0"] == -2 and second["agent_1"].tolist() == [1, -1] and second["agent_2"] == 0
+    for outside in ([[2, 0]], [[0, 3]], [[-1, 0]]):
+        with pytest.raises(ValueError, match=r"agent 'agent_1' in env copy 0 is -?\d, outside its action space "
+                                             r"MultiDiscrete\(\[2 3\]\)"):
+            env.step({"agent_0": torch.tensor([[0]]), "agent_1": torch.tensor(outside),
+                      "agent_2": torch.tensor([[0]])})
+
+
+def test_random_actions_of_a_multidiscrete_space_with_a_start_lie_in_that_space():
+    space = gymnasium.spaces.MultiDiscrete([2, 3], start=[1, -1])
+    actions = RandomPolicy(space, seed=0)(torch.zeros(400, 1))
+    assert sorted(set(actions[:, 0].tolist())) == [1, 2]
+    assert sorted(set(actions[:, 1].tolist())) == [-1, 0, 1]

@@ -13,12 +13,7 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -
     over members of each member's own masked mean: agents with models of their own weigh the same
     whatever their number of active steps, as they would each in a group of their own.
     """
-    mask = mask.to(values.dtype)
-    if members:
-        values, mask = values.unflatten(0, (-1, members)), mask.unflatten(0, (-1, members))
-        per_member = (values * mask).flatten(2).sum((0, 2)) / mask.flatten(2).sum((0, 2)).clamp(min=1.0)
-        return per_member.mean()
-    return (values * mask).sum() / mask.sum().clamp(min=1.0)
+    return (values * masked_mean_weights(mask, members=members, dtype=values.dtype)).sum()
 
 
 def masked_mean_weights(mask: torch.Tensor, *, members: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -243,12 +243,12 @@ class CopyBlock:
             env.close()
 
     def _action(self, row: int, uid: str) -> Any:
-        space = self.layout.action_spaces[uid]
+        space = self.layout.env_action_spaces[uid]
         values = self.b["action"][row, self.action_columns[uid]]
         if isinstance(space, gymnasium.spaces.Discrete):
-            return int(values[0])
+            return int(values[0]) + self.layout.action_starts[uid]
         if isinstance(space, gymnasium.spaces.MultiDiscrete):
-            return values.astype(np.int64).reshape(space.shape)
+            return values.astype(np.int64).reshape(space.shape) + self.layout.action_starts[uid]
         return np.clip(values.reshape(space.shape), space.low, space.high).astype(space.dtype)
 
     def _check_spaces(self, env: Any, row: int) -> None:
@@ -256,7 +256,7 @@ class CopyBlock:
         layout = self.layout
         for uid in layout.possible_agents:
             for kind, known, now in (("observation", layout.raw_observation_spaces[uid], env.observation_space(uid)),
-                                     ("action", layout.action_spaces[uid], env.action_space(uid))):
+                                     ("action", layout.env_action_spaces[uid], env.action_space(uid))):
                 if now is not known and now != known:
                     raise ValueError(f"env copy {row} changed the {kind} space of agent {uid!r} at a reset, from {known} "
                                      f"to {now}; the spaces of every agent must stay the same for the whole run")

@@ -6,7 +6,7 @@ import gymnasium
 import numpy as np
 
 from marlparts.utils.agent_tensors import AgentLayout
-from marlparts.utils.spaces import action_size, flat_size
+from marlparts.utils.spaces import action_size, flat_size, from_zero, integer_start
 
 
 def _mask_size(space: gymnasium.Space) -> int:
@@ -34,7 +34,10 @@ class EnvLayout:
     def __init__(self, env: Any, reset_infos: Dict[str, Any], *, state_source: str = "auto") -> None:
         self.possible_agents = list(env.possible_agents)
         self.raw_observation_spaces = {uid: env.observation_space(uid) for uid in self.possible_agents}
-        self.action_spaces = {uid: env.action_space(uid) for uid in self.possible_agents}
+        self.env_action_spaces = {uid: env.action_space(uid) for uid in self.possible_agents}
+        # integer actions are indexes from 0 outside the env; the copies add each space's start
+        self.action_spaces = {uid: from_zero(space) for uid, space in self.env_action_spaces.items()}
+        self.action_starts = {uid: integer_start(space) for uid, space in self.env_action_spaces.items()}
         self.observation_spaces: Dict[str, gymnasium.Space] = {}
         self.mask_in_observation = False
         for uid, space in self.raw_observation_spaces.items():

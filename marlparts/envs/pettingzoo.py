@@ -31,6 +31,9 @@ class PettingZooParallelWrapper(MultiAgentEnv):
     Every agent's observation and reward come back at every step (see
     :class:`~marlparts.envs.turns.TurnBasedParallelEnv`), and ``turn_based`` is True.
 
+    Integer actions are indexes from 0: an env's ``Discrete(n, start=s)`` is ``Discrete(n)`` here (and a
+    ``MultiDiscrete`` with a start likewise), and the wrapper adds ``s`` before it steps the env.
+
     Args:
         env: a factory that builds one copy (``lambda: simple_spread_v3.parallel_env()``,
             ``lambda: tictactoe_v3.env()``), or an env instance when ``num_envs`` is 1 and ``workers`` is 0.
@@ -253,8 +256,8 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         integer = False
         for uid in self.possible_agents:
             space, columns = self.layout.action_spaces[uid], layout.columns(uid)
-            if isinstance(space, gymnasium.spaces.Discrete):
-                low[columns], high[columns] = space.start, space.start + space.n
+            if isinstance(space, gymnasium.spaces.Discrete):  # the layout's spaces count from 0
+                low[columns], high[columns] = 0, space.n
             elif isinstance(space, gymnasium.spaces.MultiDiscrete):
                 low[columns], high[columns] = 0, space.nvec.ravel()
             else:

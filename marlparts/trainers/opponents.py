@@ -22,6 +22,7 @@ import torch
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.utils.seeding import derived_seed
+from marlparts.utils.spaces import integer_start
 
 
 class RandomPolicy:
@@ -61,9 +62,8 @@ class RandomPolicy:
         for part in torch.split(weights, sizes, dim=1):
             columns.append(torch.multinomial(part, 1, generator=self.generator))
         actions = torch.cat(columns, dim=1)
-        if isinstance(space, gymnasium.spaces.Discrete):
-            actions = actions + int(space.start)
-        return actions.to(observation.device)
+        start = torch.as_tensor(integer_start(space), dtype=actions.dtype).reshape(1, -1)
+        return (actions + start).to(observation.device)
 
 
 SeatPolicy = Any  # "random", a RandomPolicy, a function (observation, action_mask) -> action, or a MultiAgent

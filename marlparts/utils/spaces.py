@@ -34,6 +34,29 @@ def is_discrete(space: gymnasium.Space) -> bool:
     return isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete))
 
 
+def integer_start(space: gymnasium.Space) -> Any:
+    """The value of the first action of an integer space: an int for ``Discrete``, an int64 array of
+    the space's shape for ``MultiDiscrete``; None for other spaces.
+    """
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return int(space.start)
+    if isinstance(space, gymnasium.spaces.MultiDiscrete):
+        return np.asarray(space.start, dtype=np.int64).reshape(space.shape)
+    return None
+
+
+def from_zero(space: gymnasium.Space) -> gymnasium.Space:
+    """``space`` with its integer actions counted from 0 (``Discrete(n, start=s)`` becomes ``Discrete(n)``);
+    the space itself where it already starts at 0 or is not an integer space.
+    """
+    start = integer_start(space)
+    if start is None or not np.any(start):
+        return space
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return gymnasium.spaces.Discrete(int(space.n))
+    return gymnasium.spaces.MultiDiscrete(space.nvec, dtype=space.dtype)
+
+
 def flatten_into(space: gymnasium.Space, value: Any, out: np.ndarray) -> None:
     """Write the flattened ``value`` of ``space`` into the 1-D array ``out`` (no allocation for Box)."""
     if isinstance(space, gymnasium.spaces.Box):
