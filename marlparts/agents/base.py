@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gymnasium
 import torch
 
+from marlparts.agents.adam import LeanAdam
 from marlparts.agents.checkpoints import CheckpointMixin
 from marlparts.agents.groups import AgentGroup, build_groups
 from marlparts.agents.optimization import OptimizationMixin
@@ -214,8 +215,11 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         """
         if id(model) in self._records:
             return self._records[id(model)]
-        fused = self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters())
-        optimizer = torch.optim.Adam(model.parameters(), lr=self.model_value(learning_rate_key, model, role), fused=fused)
+        rate = self.model_value(learning_rate_key, model, role)
+        if self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters()):
+            optimizer = LeanAdam(model.parameters(), lr=rate)  # the fused Adam, without per-step bookkeeping
+        else:
+            optimizer = torch.optim.Adam(model.parameters(), lr=rate)
         # a stack's record names each member as without stacking (checkpoints, logs)
         stacked = {"member_names": [self.model_name(m) for m in model.members]} if isinstance(model, StackedModels) else {}
         record = (StackedTrainedModel if stacked else TrainedModel)(
