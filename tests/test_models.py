@@ -134,3 +134,17 @@ def test_categorical_log_prob_and_entropy_match_torch_distribution_in_value_and_
     (expected_log_prob.sum() + expected_entropy.sum()).backward()
     for mine, theirs in zip(ours, (p.grad for p in policy.parameters())):
         assert torch.allclose(mine, theirs, atol=1e-5)
+
+
+def test_categorical_sampling_follows_the_probabilities_and_never_picks_a_forbidden_action(monkeypatch):
+    probs = torch.tensor([[0.5, 0.3, 0.0, 0.2], [0.05, 0.0, 0.9, 0.05]]).expand(3, 20000, 2, 4)  # stacked shapes
+    torch.manual_seed(0)
+    actions = CategoricalMixin._sample(probs)
+    assert actions.shape == (3, 20000, 2, 1) and actions.dtype == torch.long
+    for row in range(2):
+        frequencies = torch.bincount(actions[:, :, row].flatten(), minlength=4).float() / 60000
+        tolerance = 4 * (probs[0, 0, row] * (1 - probs[0, 0, row]) / 60000).sqrt() + 1e-9
+        assert torch.all((frequencies - probs[0, 0, row]).abs() <= tolerance), (row, frequencies)
+    # a race time of exactly 0 (possible in float32) must not hand the win to a forbidden action
+    monkeypatch.setattr(torch.Tensor, "exponential_", lambda self: self.zero_())
+    assert CategoricalMixin._sample(probs[0, :1]).flatten().tolist() == [0, 2]
