@@ -20,7 +20,7 @@ class EpisodeEnds(NamedTuple):
     ended; ``returns`` ``(ended, num_agents)``, each ended episode's return per agent; ``lengths``
     ``(ended,)``, each ended episode's number of steps; ``dropped`` ``(num_envs,)`` bool, the copies whose
     env failed (their episode is not counted), and ``dropped_lengths`` ``(num_envs,)``, the steps of each
-    such episode (0 elsewhere), this one included.
+    such episode (0 elsewhere), this one included; ``any_dropped``, whether ``dropped`` holds any copy.
     """
 
     copies: torch.Tensor
@@ -28,6 +28,7 @@ class EpisodeEnds(NamedTuple):
     lengths: torch.Tensor
     dropped: torch.Tensor
     dropped_lengths: torch.Tensor
+    any_dropped: bool
 
 
 class EpisodeStatistics:
@@ -43,13 +44,17 @@ class EpisodeStatistics:
         self.possible_agents = list(possible_agents)
         self.returns = torch.zeros(num_envs, len(self.possible_agents), device=device)
         self.lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
+        # what a step without ended or dropped episodes hands out (read-only: made once, not per step)
+        self._no_returns, self._no_lengths = self.returns[:0], self.lengths[:0]
+        self._no_drops = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        self._no_drop_lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
 
     def step(self, rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
              truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> EpisodeEnds:
         """Add one step; return the episodes of the copies that just ended. The episode of a copy whose
         env failed (``infos["failed"]``) is dropped, not returned.
         """
-        self.returns += stack_agents(rewards, self.possible_agents).squeeze(-1).to(self.returns.dtype)
+        self.returns += stack_agents(rewards, self.possible_agents).squeeze(-1)
         self.lengths += 1
         ended = infos.get("episode_end") if infos else None
         if ended is None:
@@ -57,12 +62,19 @@ class EpisodeStatistics:
             ended = done.all(dim=1)
         ended = ended.reshape(-1).bool()
         failed = infos.get("failed") if infos else None
-        dropped = torch.zeros_like(ended) if failed is None else failed.reshape(-1).bool()
-        dropped_lengths = torch.where(dropped, self.lengths, 0)
-        ended = ended & ~dropped
-        if not (ended.any() or dropped.any()):
-            return EpisodeEnds(ended, self.returns[:0], self.lengths[:0], dropped, dropped_lengths)
-        finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone(), dropped, dropped_lengths)
+        if failed is None:
+            if not ended.any():
+                return EpisodeEnds(ended, self._no_returns, self._no_lengths, self._no_drops, self._no_drop_lengths, False)
+            dropped, dropped_lengths, any_dropped = self._no_drops, self._no_drop_lengths, False
+        else:
+            dropped = failed.reshape(-1).bool()
+            dropped_lengths = torch.where(dropped, self.lengths, 0)
+            ended = ended & ~dropped
+            any_dropped = bool(dropped.any())
+            if not (any_dropped or ended.any()):
+                return EpisodeEnds(ended, self._no_returns, self._no_lengths, dropped, dropped_lengths, False)
+        finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone(), dropped,
+                               dropped_lengths, any_dropped)
         over = ended | dropped
         self.returns[over] = 0.0
         self.lengths[over] = 0

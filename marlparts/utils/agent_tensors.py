@@ -105,8 +105,11 @@ def stack_agents(tensors: Mapping[str, torch.Tensor], uids: Sequence[str]) -> to
     if isinstance(tensors, AgentTensors):
         columns, width = tensors.layout.block(uids)
         if columns is not None:
-            data = tensors.data.narrow(-1, columns.start, columns.stop - columns.start)
-            return data.reshape(data.shape[:-1] + (len(uids), width))
+            data = tensors.data
+            if columns.stop - columns.start != data.shape[-1]:
+                data = data.narrow(-1, columns.start, columns.stop - columns.start)
+            shape = data.shape[:-1] + (len(uids), width)
+            return data.view(shape) if data.stride(-1) == 1 else data.reshape(shape)
     try:
         return torch.stack([tensors[uid] for uid in uids], dim=1)
     except KeyError as error:
