@@ -177,8 +177,12 @@ class StackedTrainedModel(TrainedModel):
             return
         norms = torch.linalg.vector_norm(torch.cat([gradient.flatten(1) for gradient in gradients], 1), dim=1)  # (K,)
         scale = (self.grad_norm_clip / (norms + 1e-6)).clamp_(max=1.0)
-        # the (K, 1, ...) view of the scales that each number of dimensions takes
-        views = {dims: scale.view(-1, *([1] * (dims - 1))) for dims in {gradient.dim() for gradient in gradients}}
+        # the scales as (K, 1, ...) views, one per number of dimensions (linear layers' are all 3-d)
+        dims = {gradient.dim() for gradient in gradients}
+        if len(dims) == 1:
+            torch._foreach_mul_(gradients, [scale.view((-1,) + (1,) * (dims.pop() - 1))] * len(gradients))
+            return
+        views = {count: scale.view((-1,) + (1,) * (count - 1)) for count in dims}
         torch._foreach_mul_(gradients, [views[gradient.dim()] for gradient in gradients])
 
 
