@@ -10,7 +10,7 @@ loading a member's ``state_dict`` writes into the stack.
 """
 
 import copy
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -97,6 +97,32 @@ def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
     if not any(True for _ in first.parameters()):
         return "they have no parameters"
     return None
+
+
+class StackedOutputs(Mapping[str, Any]):
+    """The outputs of a stacked run, each turned back into rows (``to_rows``) when it is first read.
+
+    Args:
+        outputs: the stacked run's outputs, ``(K, batch, ...)`` tensors and other values.
+        to_rows: what turns one of them into ``(batch * K, ...)`` rows.
+    """
+
+    def __init__(self, outputs: Mapping[str, Any], to_rows: Callable[[Any], Any]) -> None:
+        self._outputs, self._to_rows, self._rows = outputs, to_rows, {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._rows:
+            self._rows[key] = self._to_rows(self._outputs[key])
+        return self._rows[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outputs)
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._outputs
 
 
 class StackedModels(nn.Module):
@@ -235,16 +261,19 @@ class StackedModels(nn.Module):
         return {key: self._to_stack(value) if isinstance(value, torch.Tensor) else value
                 for key, value in inputs.items()}
 
-    def compute(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Dict[str, Any]]:
-        """Every member's ``compute`` on its rows, in one batched run; rows in, rows out."""
+    def compute(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Mapping[str, Any]]:
+        """Every member's ``compute`` on its rows, in one batched run; rows in, rows out (the extra outputs
+        turned back into rows when read).
+        """
         output, extras = self.batched.compute(self._stacked_inputs(inputs), role)
-        return self._from_stack(output), {key: self._from_stack(value) for key, value in extras.items()}
+        return self._from_stack(output), StackedOutputs(extras, self._from_stack)
 
-    def act(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict]:
-        """Every member's ``act`` (its policy mixin on its ``compute``) on its rows, in one batched run."""
+    def act(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Mapping]:
+        """Every member's ``act`` (its policy mixin on its ``compute``) on its rows, in one batched run; the
+        outputs are turned back into rows when read (acting reads few of them, an update others).
+        """
         actions, log_prob, outputs = self.batched.act(self._stacked_inputs(inputs), role)
-        return (self._from_stack(actions), self._from_stack(log_prob),
-                {key: self._from_stack(value) for key, value in outputs.items()})
+        return self._from_stack(actions), self._from_stack(log_prob), StackedOutputs(outputs, self._from_stack)
 
     def forward(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict]:
         """Same as :meth:`act`."""
