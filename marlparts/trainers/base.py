@@ -62,20 +62,18 @@ class EpisodeStatistics:
             ended = done.all(dim=1)
         ended = ended.reshape(-1).bool()
         failed = infos.get("failed") if infos else None
-        if failed is None:
-            if not ended.any():
-                return EpisodeEnds(ended, self._no_returns, self._no_lengths, self._no_drops, self._no_drop_lengths, False)
-            dropped, dropped_lengths, any_dropped = self._no_drops, self._no_drop_lengths, False
-        else:
+        any_dropped = failed is not None and bool(failed.any())
+        if any_dropped:
             dropped = failed.reshape(-1).bool()
             dropped_lengths = torch.where(dropped, self.lengths, 0)
             ended = ended & ~dropped
-            any_dropped = bool(dropped.any())
-            if not (any_dropped or ended.any()):
+        else:
+            dropped, dropped_lengths = self._no_drops, self._no_drop_lengths
+            if not ended.any():
                 return EpisodeEnds(ended, self._no_returns, self._no_lengths, dropped, dropped_lengths, False)
         finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone(), dropped,
                                dropped_lengths, any_dropped)
-        over = ended | dropped
+        over = ended | dropped if any_dropped else ended
         self.returns[over] = 0.0
         self.lengths[over] = 0
         return finished
