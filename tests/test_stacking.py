@@ -1,6 +1,7 @@
 """Separate per-agent models of one class and shape, run as one stacked computation."""
 
 import copy
+from collections import OrderedDict
 
 import gymnasium
 import numpy as np
@@ -12,7 +13,7 @@ from mpe2 import simple_spread_v3
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, GaussianMixin, Model, mlp
-from marlparts.models.stacked import StackedModels
+from marlparts.models.stacked import DirectSequential, StackedModels
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
@@ -389,3 +390,22 @@ def test_a_stack_follows_the_training_mode_and_keeps_non_persistent_buffers_out_
     stacked.set_mode("eval")
     assert not stack.batched.dropout.training
     assert "offset" not in stacked.state_dict()["modules"]["policy[a0]"]
+
+
+def test_a_direct_sequence_runs_its_layers_as_nn_sequential_does_and_keeps_their_hooks():
+    torch.manual_seed(0)
+    plain = mlp(6, 3, hidden_sizes=(8, 8))
+    direct = DirectSequential(OrderedDict(plain._modules))
+    x = torch.randn(5, 6)
+    assert torch.equal(direct(x), plain(x))
+    assert list(dict(direct.named_parameters())) == list(dict(plain.named_parameters()))
+    seen = []
+    handle = direct[2].register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    direct(x)
+    handle.remove()
+    every = torch.nn.modules.module.register_module_forward_hook(lambda module, inputs, output: seen.append("all"))
+    try:
+        direct(x)
+    finally:
+        every.remove()
+    assert seen == [(5, 8)] + ["all"] * 6  # the five layers and the sequence
