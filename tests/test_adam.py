@@ -109,3 +109,47 @@ def test_lean_adam_skips_a_step_that_a_grad_scaler_found_infinite_as_torch_adam_
             optimizer.step()
             del optimizer.grad_scale, optimizer.found_inf
         assert_same(ours, theirs, lean, reference)
+
+
+@pytest.mark.parametrize("option, value", [("maximize", True), ("amsgrad", True), ("weight_decay", 0.1)])
+def test_lean_adam_follows_an_option_changed_after_its_first_step(option, value):
+    ours, theirs = twin_parameters(4)
+    lean = LeanAdam(ours, lr=1e-2)
+    reference = torch.optim.Adam(theirs, lr=1e-2, fused=True)
+    for step in range(4):
+        if step == 2:
+            for optimizer in (lean, reference):
+                optimizer.param_groups[0][option] = value
+                if option == "amsgrad":  # as torch's step would make it for a state made without amsgrad
+                    for parameter in optimizer.param_groups[0]["params"]:
+                        optimizer.state[parameter]["max_exp_avg_sq"] = torch.zeros_like(parameter)
+        give_gradients(ours, step)
+        give_gradients(theirs, step)
+        lean.step()
+        reference.step()
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a, b), (option, step)
+
+
+def test_a_copy_of_lean_adam_steps_as_the_original():
+    ours, theirs = twin_parameters(5)
+    lean = LeanAdam(ours, lr=1e-2)
+    give_gradients(ours, 0)
+    lean.step()
+    with torch.no_grad():
+        for a, b in zip(ours, theirs):
+            b.copy_(a)
+    twin = LeanAdam(theirs, lr=1e-2)
+    twin.load_state_dict(copy.deepcopy(lean.state_dict()))
+    copied = copy.deepcopy(lean)  # (what frozen copies of a trained model do)
+    give_gradients(ours, 1)
+    lean.step()
+    give_gradients(theirs, 1)
+    twin.step()
+    for a, b in zip(ours, theirs):
+        assert torch.equal(a, b)
+    assert copied.state_dict()["state"][0]["step"] == 1
+    for parameter in copied.param_groups[0]["params"]:
+        parameter.grad = torch.ones_like(parameter)
+    copied.step()
+    assert copied.state_dict()["state"][0]["step"] == 2

@@ -148,3 +148,9 @@ def test_categorical_sampling_follows_the_probabilities_and_never_picks_a_forbid
     # a race time of exactly 0 (possible in float32) must not hand the win to a forbidden action
     monkeypatch.setattr(torch.Tensor, "exponential_", lambda self: self.zero_())
     assert CategoricalMixin._sample(probs[0, :1]).flatten().tolist() == [0, 2]
+
+
+def test_categorical_sampling_refuses_probabilities_that_are_not_finite():
+    probs = torch.tensor([[0.5, float("nan"), 0.5]])
+    with pytest.raises(ValueError, match="not finite"):
+        CategoricalMixin._sample(probs)

@@ -10,6 +10,7 @@ from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.agents.advantages import compute_gae
+from marlparts.agents.losses import masked_mean
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import GaussianMixin, Model, mlp
@@ -270,3 +271,12 @@ def test_ppo_losses_name_a_policy_output_with_more_than_one_value_per_sample():
         ppo_losses(log_prob=one, old_log_prob=one, advantages=one, entropy=torch.zeros(4, 2), predicted=one,
                    targets=one, old_values=one, active=one.bool(), cfg={"ratio_clip": 0.2, "clip_predicted_values": False,
                    "value_loss_scale": 1.0, "entropy_loss_scale": 0.0})
+
+
+def test_a_masked_mean_of_small_half_precision_values_does_not_round_to_zero():
+    values = torch.full((32768, 1), 1e-3, dtype=torch.float16)  # (mixed precision: a float16 loss term)
+    mask = torch.ones(32768, 1, dtype=torch.bool)
+    mask[::2] = False
+    assert masked_mean(values, mask).item() == pytest.approx(1e-3, rel=1e-3)
+    # rows b * 4 + k: members 0 and 2 have no active row (mean 0), members 1 and 3 a mean of 1e-3
+    assert masked_mean(values, mask, members=4).item() == pytest.approx(5e-4, rel=1e-3)

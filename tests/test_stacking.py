@@ -409,3 +409,29 @@ def test_a_direct_sequence_runs_its_layers_as_nn_sequential_does_and_keeps_their
     finally:
         every.remove()
     assert seen == [(5, 8)] + ["all"] * 6  # the five layers and the sequence
+
+
+def test_stacked_outputs_read_without_gradient_first_still_give_a_gradient_later():
+    torch.manual_seed(0)
+    env = spread(num_envs=2)
+    members = [Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+               for uid in env.possible_agents]
+    stack = StackedModels.build(members, check_inputs=members[0].num_observations)
+    rows = torch.randn(4 * len(members), members[0].num_observations)
+    _, _, outputs = stack.act({"observations": rows})
+    with torch.no_grad():
+        logged = outputs["entropy"].mean()  # a read for the logs
+    assert outputs["entropy"].requires_grad
+    assert torch.equal(outputs["entropy"].detach().mean(), logged)
+    outputs["extra"] = logged  # outputs take additions, as a dict would
+    assert outputs["extra"] is logged and "extra" in outputs
+
+
+def test_a_direct_sequence_calls_a_layer_that_overrides_call_through_its_call():
+    class Doubling(torch.nn.Identity):
+        def __call__(self, x):
+            return 2 * super().__call__(x)
+
+    plain = torch.nn.Sequential(torch.nn.Linear(3, 3), Doubling())
+    x = torch.randn(4, 3)
+    assert torch.equal(DirectSequential(OrderedDict(plain._modules))(x), plain(x))

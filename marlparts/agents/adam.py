@@ -12,6 +12,14 @@ _PLAIN_OPTIONS = {"amsgrad": False, "maximize": False, "capturable": False, "dif
                   "decoupled_weight_decay": False}
 
 
+def _plain(options: Any) -> bool:
+    """Whether a parameter group's options are the ones the short path implements (checked at every step: a
+    group's options may change between steps).
+    """
+    return all(options.get(key, plain) == plain for key, plain in _PLAIN_OPTIONS.items()) and \
+        not isinstance(options["lr"], torch.Tensor) and not any(isinstance(b, torch.Tensor) for b in options["betas"])
+
+
 class _GroupTensors:
     """One parameter group's tensors as the fused kernel takes them, and the step counters as views into one
     tensor, so that a step increments them all in one operation.
@@ -74,6 +82,7 @@ class LeanAdam(torch.optim.Adam):
         if closure is None and not scaled and groups is not None and len(groups) == len(self.param_groups):
             gradients = [[parameter.grad for parameter in group.parameters] for group in groups]
             if all(gradient is not None for grads in gradients for gradient in grads) and \
+                    all(_plain(options) for options in self.param_groups) and \
                     all(group.still_in(self.state) for group in groups):
                 grad_was_enabled = torch.is_grad_enabled()
                 torch.set_grad_enabled(False)  # the kernel writes into the parameters
@@ -94,6 +103,11 @@ class LeanAdam(torch.optim.Adam):
 
     step.hooked = True  # not wrapped by torch.optim.Optimizer: the hooks run through _HOOKED_STEP when there are any
 
+    def __setstate__(self, state: Any) -> None:
+        """As ``torch.optim.Adam.__setstate__`` (unpickling, ``copy.deepcopy``); the copy gathers its state anew."""
+        super().__setstate__(state)
+        self._groups = None
+
     def load_state_dict(self, state_dict: Any) -> None:
         """As ``torch.optim.Adam.load_state_dict``; the next step takes PyTorch's path and gathers the state anew."""
         super().load_state_dict(state_dict)
@@ -104,8 +118,7 @@ class LeanAdam(torch.optim.Adam):
         groups = []
         for options in self.param_groups:
             parameters = options["params"]
-            if any(options.get(key, plain) != plain for key, plain in _PLAIN_OPTIONS.items()) or \
-                    isinstance(options["lr"], torch.Tensor) or any(isinstance(b, torch.Tensor) for b in options["betas"]):
+            if not _plain(options):
                 return None
             if len({(parameter.device, parameter.dtype) for parameter in parameters}) > 1:
                 return None

@@ -13,7 +13,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -
     over members of each member's own masked mean: agents with models of their own weigh the same
     whatever their number of active steps, as they would each in a group of their own.
     """
-    return (values * masked_mean_weights(mask, members=members, dtype=values.dtype)).sum()
+    # weights in at least float32: float16 products of small values and small weights would round to 0
+    weights = masked_mean_weights(mask, members=members, dtype=torch.promote_types(values.dtype, torch.float32))
+    return (values * weights).sum()
 
 
 def masked_mean_weights(mask: torch.Tensor, *, members: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -39,8 +39,11 @@ class CategoricalMixin:
         with ``E_i`` independent ``Exp(1)`` times, ``argmax_i p_i / E_i`` is ``i`` with probability ``p_i``
         (three small operations, a third of the time of ``torch.multinomial`` on the few rows of acting).
         A race time of exactly 0 is raised to the smallest positive float, so that a forbidden action
-        (``p_i = 0``) never wins.
+        (``p_i = 0``) never wins; probabilities that are not finite are an error.
         """
+        if not bool(torch.isfinite(probs).all()):
+            raise ValueError("the policy's action probabilities are not finite (NaN or infinite logits): the model's "
+                             "parameters or inputs hold a NaN or an infinity")
         times = torch.empty_like(probs).exponential_().clamp_(min=torch.finfo(probs.dtype).tiny)
         return (probs / times).argmax(dim=-1, keepdim=True)
 

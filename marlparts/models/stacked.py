@@ -11,7 +11,7 @@ loading a member's ``state_dict`` writes into the stack.
 
 import copy
 from collections import OrderedDict
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, MutableMapping, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
@@ -55,7 +55,8 @@ _GLOBAL_MODULE_HOOKS = (torch_module._global_forward_pre_hooks, torch_module._gl
 class DirectSequential(nn.Sequential):
     """An ``nn.Sequential`` that calls each layer's ``forward`` itself, skipping ``nn.Module.__call__``'s
     bookkeeping, which for the small layers of a policy costs about as much as a layer; a layer with
-    forward hooks (or global ones) is called as usual. The stacked copy's sequences are of this kind.
+    hooks (or under global ones), or whose class overrides ``__call__``, is called as usual. The stacked
+    copy's sequences are of this kind.
     """
 
     def forward(self, x: Any) -> Any:
@@ -63,7 +64,7 @@ class DirectSequential(nn.Sequential):
         hooked = any(hooks for hooks in _GLOBAL_MODULE_HOOKS)
         for layer in self._modules.values():
             if hooked or layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks or \
-                    layer._backward_pre_hooks:
+                    layer._backward_pre_hooks or type(layer).__call__ is not nn.Module.__call__:
                 x = layer(x)
             else:
                 x = layer.forward(x)
@@ -123,8 +124,11 @@ def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
     return None
 
 
-class StackedOutputs(Mapping[str, Any]):
+class StackedOutputs(MutableMapping[str, Any]):
     """The outputs of a stacked run, each turned back into rows (``to_rows``) when it is first read.
+
+    A read under ``torch.no_grad()`` is not kept for later reads with gradients (they convert afresh, so a
+    loss built from them has its gradient). Entries set on it are kept as given.
 
     Args:
         outputs: the stacked run's outputs, ``(K, batch, ...)`` tensors and other values.
@@ -132,12 +136,24 @@ class StackedOutputs(Mapping[str, Any]):
     """
 
     def __init__(self, outputs: Mapping[str, Any], to_rows: Callable[[Any], Any]) -> None:
-        self._outputs, self._to_rows, self._rows = outputs, to_rows, {}
+        self._outputs, self._to_rows, self._rows = dict(outputs), to_rows, {}
 
     def __getitem__(self, key: str) -> Any:
-        if key not in self._rows:
-            self._rows[key] = self._to_rows(self._outputs[key])
-        return self._rows[key]
+        if key in self._rows:
+            return self._rows[key]
+        value = self._outputs[key]
+        rows = self._to_rows(value)
+        if torch.is_grad_enabled() or not (isinstance(value, torch.Tensor) and value.requires_grad):
+            self._rows[key] = rows
+        return rows
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._outputs[key] = value
+        self._rows[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._outputs[key]
+        self._rows.pop(key, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._outputs)
