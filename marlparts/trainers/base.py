@@ -21,6 +21,7 @@ class EpisodeEnds(NamedTuple):
     ``(ended,)``, each ended episode's number of steps; ``dropped`` ``(num_envs,)`` bool, the copies whose
     env failed (their episode is not counted), and ``dropped_lengths`` ``(num_envs,)``, the steps of each
     such episode (0 elsewhere), this one included; ``any_dropped``, whether ``dropped`` holds any copy.
+    The tensors are read-only: a step without ended or dropped episodes hands out the same ones each time.
     """
 
     copies: torch.Tensor
