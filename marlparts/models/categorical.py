@@ -1,11 +1,15 @@
 """Categorical policies over ``Discrete`` actions, with action masks."""
 
+import math
 from typing import Dict, Mapping, Tuple
 
 import torch
 from torch.distributions import Categorical
 
 from marlparts.models._kernels import log_softmax
+
+_NOT_FINITE = ("the policy's action probabilities are not finite (NaN or infinite logits): the model's parameters or "
+              "inputs hold a NaN or an infinity")
 
 
 class CategoricalMixin:
@@ -41,9 +45,11 @@ class CategoricalMixin:
         A race time of exactly 0 is raised to the smallest positive float, so that a forbidden action
         (``p_i = 0``) never wins; probabilities that are not finite are an error.
         """
-        if not bool(torch.isfinite(probs).all()):
-            raise ValueError("the policy's action probabilities are not finite (NaN or infinite logits): the model's "
-                             "parameters or inputs hold a NaN or an infinity")
+        if probs.device.type == "cpu":  # (a NaN or an infinity anywhere makes the sum one)
+            if not math.isfinite(probs.sum().item()):
+                raise ValueError(_NOT_FINITE)
+        else:  # checked on the device, without waiting for it
+            torch._assert_async(torch.isfinite(probs).all(), _NOT_FINITE)
         times = torch.empty_like(probs).exponential_().clamp_(min=torch.finfo(probs.dtype).tiny)
         return (probs / times).argmax(dim=-1, keepdim=True)
 
