@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from marlparts.agents.groups import AgentGroup
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.trained_model import TrainedModel, optimizer_parameters
 from marlparts.models.stacked import StackedModels
 from marlparts.resources.preprocessors import RunningStandardScaler
 
@@ -89,9 +89,6 @@ class StackedOptimizerSlice:
         self.names = [name for name, _ in stack.member_parameters]  # the stack's parameter order
         self.member_view = stack.member_view
 
-    def _parameters(self) -> List[torch.Tensor]:
-        return [parameter for group in self.optimizer.param_groups for parameter in group["params"]]
-
     def state_dict(self) -> Dict[str, Any]:
         """The member's optimizer state: the state tensors' slices, and the hyperparameters."""
         full = self.optimizer.state_dict()
@@ -107,7 +104,7 @@ class StackedOptimizerSlice:
         """Write the member's slice of every state tensor (creating the stacked state on first load) and the
         hyperparameters; a state for another number of parameters is refused before anything changes.
         """
-        parameters = self._parameters()
+        parameters = optimizer_parameters(self.optimizer)
         theirs = [len(group["params"]) for group in state_dict.get("param_groups", [])]
         if sum(theirs) != len(parameters) or len(theirs) != len(self.optimizer.param_groups):
             raise ValueError(f"the optimizer state holds parameter groups of {theirs} tensors, this stacked optimizer "
@@ -172,17 +169,13 @@ class StackedTrainedModel(TrainedModel):
         """Clip each member's gradient to norm ``grad_norm_clip`` on its own, as its own optimizer would."""
         if self.grad_norm_clip <= 0:
             return
-        gradients = [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
+        gradients = self.present_gradients()
         if not gradients:
             return
         norms = torch.linalg.vector_norm(torch.cat([gradient.flatten(1) for gradient in gradients], 1), dim=1)  # (K,)
         scale = (self.grad_norm_clip / (norms + 1e-6)).clamp_(max=1.0)
         # the scales as (K, 1, ...) views, one per number of dimensions (linear layers' are all 3-d)
-        dims = {gradient.dim() for gradient in gradients}
-        if len(dims) == 1:
-            torch._foreach_mul_(gradients, [scale.view((-1,) + (1,) * (dims.pop() - 1))] * len(gradients))
-            return
-        views = {count: scale.view((-1,) + (1,) * (count - 1)) for count in dims}
+        views = {count: scale.view((-1,) + (1,) * (count - 1)) for count in {gradient.dim() for gradient in gradients}}
         torch._foreach_mul_(gradients, [views[gradient.dim()] for gradient in gradients])
 
 

@@ -9,6 +9,11 @@ from torch import nn
 from marlparts.models.base import Model
 
 
+def optimizer_parameters(optimizer: torch.optim.Optimizer) -> List[torch.Tensor]:
+    """Every parameter ``optimizer`` steps, in its parameter groups' order."""
+    return [parameter for group in optimizer.param_groups for parameter in group["params"]]
+
+
 @dataclass(eq=False)
 class TrainedModel:
     """A distinct model and what the algorithm keeps for it.
@@ -56,7 +61,11 @@ class TrainedModel:
 
     def trained_parameters(self) -> List[torch.Tensor]:
         """The parameters its optimizer steps (read from the optimizer: no walk over the model's modules)."""
-        return [parameter for group in self.optimizer.param_groups for parameter in group["params"]]
+        return optimizer_parameters(self.optimizer)
+
+    def present_gradients(self) -> List[torch.Tensor]:
+        """The gradients of the trained parameters that have one."""
+        return [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
 
     def zero_gradients(self) -> None:
         """Forget the gradients of the trained parameters (``zero_grad(set_to_none=True)`` without its per-call
@@ -71,7 +80,7 @@ class TrainedModel:
         """
         if self.grad_norm_clip <= 0:
             return
-        gradients = [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
+        gradients = self.present_gradients()
         if not gradients:
             return
         norm = torch.linalg.vector_norm(torch.cat([gradient.flatten() for gradient in gradients]))
