@@ -10,20 +10,7 @@ import torch
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.utils.agent_tensors import AgentLayout, AgentTensors
-from marlparts.utils.spaces import action_size, flat_size
-
-
-def action_bounds(space: gymnasium.Space) -> tuple:
-    """The lowest and highest allowed value of each action column of ``space`` (integers as floats)."""
-    if isinstance(space, gymnasium.spaces.Box):
-        return np.asarray(space.low, dtype=np.float64).ravel(), np.asarray(space.high, dtype=np.float64).ravel()
-    if isinstance(space, gymnasium.spaces.Discrete):
-        return np.array([space.start], dtype=np.float64), np.array([space.start + space.n - 1], dtype=np.float64)
-    if isinstance(space, gymnasium.spaces.MultiDiscrete):
-        nvec = np.asarray(space.nvec, dtype=np.float64).ravel()
-        start = np.asarray(getattr(space, "start", np.zeros_like(nvec)), dtype=np.float64).ravel()
-        return start, start + nvec - 1
-    raise TypeError(f"unsupported action space {space!r}: use Discrete, MultiDiscrete or Box")
+from marlparts.utils.spaces import action_bounds, action_size, flat_size
 
 
 class BatchedSimulatorEnv(MultiAgentEnv):

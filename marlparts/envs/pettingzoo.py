@@ -16,6 +16,7 @@ from marlparts.envs.workers import WorkerCopies
 from marlparts.utils.agent_tensors import AgentTensors
 from marlparts.utils.distributed import rank_and_world_size
 from marlparts.utils.seeding import EVALUATION_STREAM, REBUILD_STREAM, TRAINING_STREAM, copy_seeds, derived_seed
+from marlparts.utils.spaces import action_bounds, is_discrete
 
 SUPPORTED_KINDS = ("a PettingZoo ParallelEnv or AECEnv (an instance, or a factory that builds one copy), "
                    "a VMAS env (or a factory taking num_envs), an Isaac Lab DirectMARLEnv")
@@ -240,7 +241,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             buffer[:, columns] = action
         if self._action_bounds is not None:  # every integer action inside its space, checked at once
             low, high = self._action_bounds
-            outside = (buffer < low) | (buffer >= high)
+            outside = (buffer < low) | (buffer > high)
             if outside.any():
                 row, column = (int(i[0]) for i in np.nonzero(outside))
                 uid = layout.uid_at(column)
@@ -248,22 +249,16 @@ class PettingZooParallelWrapper(MultiAgentEnv):
                                  f"its action space {self.layout.action_spaces[uid]}")
 
     def _integer_action_bounds(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """``(low, high)`` per action column: an integer action must lie in ``[low, high)``; the columns of
+        """``(low, high)`` per action column: an integer action must lie in ``[low, high]``; the columns of
         continuous actions are unbounded here. None when no agent has an integer action space.
         """
         layout = self.layout.actions
         low, high = np.full(layout.total, -np.inf), np.full(layout.total, np.inf)
-        integer = False
-        for uid in self.possible_agents:
-            space, columns = self.layout.action_spaces[uid], layout.columns(uid)
-            if isinstance(space, gymnasium.spaces.Discrete):  # the layout's spaces count from 0
-                low[columns], high[columns] = 0, space.n
-            elif isinstance(space, gymnasium.spaces.MultiDiscrete):
-                low[columns], high[columns] = 0, space.nvec.ravel()
-            else:
-                continue
-            integer = True
-        return (low, high) if integer else None
+        integer_agents = [uid for uid in self.possible_agents if is_discrete(self.layout.action_spaces[uid])]
+        for uid in integer_agents:  # (the layout's spaces count from 0)
+            columns = layout.columns(uid)
+            low[columns], high[columns] = action_bounds(self.layout.action_spaces[uid])
+        return (low, high) if integer_agents else None
 
     @staticmethod
     def _action_array(uid: str, action: Any, space: gymnasium.Space) -> np.ndarray:
