@@ -13,17 +13,16 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -
     over members of each member's own masked mean: agents with models of their own weigh the same
     whatever their number of active steps, as they would each in a group of their own.
     """
-    # weights in at least float32: float16 products of small values and small weights would round to 0
-    weights = masked_mean_weights(mask, members=members, dtype=torch.promote_types(values.dtype, torch.float32))
-    return (values * weights).sum()
+    return (values * masked_mean_weights(mask, members=members, dtype=values.dtype)).sum()
 
 
 def masked_mean_weights(mask: torch.Tensor, *, members: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-entry weights ``w`` (shaped like ``mask``) with ``(values * w).sum()`` equal to
     :func:`masked_mean` ``(values, mask, members=members)``: computed once, they turn every masked mean of
-    a batch into one product and one sum (the losses of one minibatch share their mask).
+    a batch into one product and one sum (the losses of one minibatch share their mask). They are in
+    ``dtype`` or float32, whichever is wider: float16 products of small values and small weights would round to 0.
     """
-    mask = mask.to(dtype)
+    mask = mask.to(torch.promote_types(dtype, torch.float32))
     if members:
         per_member = mask.unflatten(0, (-1, members))
         counts = per_member.flatten(2).sum((0, 2)).clamp(min=1.0)  # (members,)
