@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from marlparts.agents.advantages import compute_gae
+from marlparts.agents.ppo.advantages import compute_gae
 
 
 def hand_gae(rewards, values, terminated, truncated, final_values, last_value, gamma, lam):
@@ -152,7 +152,7 @@ def test_gae_with_every_step_active_is_plain_gae():
 
 
 def test_an_action_followed_only_by_waiting_when_the_rollout_or_a_time_limit_ends_is_left_out():
-    from marlparts.agents.advantages import waiting_bootstraps
+    from marlparts.agents.ppo.advantages import waiting_bootstraps
 
     # one column per case, 4 steps; the agent acts on odd steps in column 0 and 1, on even ones in column 2
     active = torch.tensor([[False, False, True], [True, True, False], [False, False, True], [True, False, False]])

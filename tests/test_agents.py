@@ -337,7 +337,7 @@ def test_ppo_updates_when_the_rollout_is_full_across_train_calls(tmp_path):
 
 @pytest.mark.parametrize("limit", [0.05, 1e6])
 def test_a_trained_model_clips_and_forgets_its_gradients_as_torch_does(limit):
-    from marlparts.agents.trained_model import TrainedModel
+    from marlparts.agents.common.trained_model import TrainedModel
 
     torch.manual_seed(0)
     ours = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))

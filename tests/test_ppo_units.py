@@ -9,8 +9,8 @@ from mpe2 import simple_spread_v3
 from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
-from marlparts.agents.advantages import compute_gae
-from marlparts.agents.losses import masked_mean
+from marlparts.agents.ppo.advantages import compute_gae
+from marlparts.agents.common.losses import masked_mean
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import GaussianMixin, Model, mlp
@@ -231,8 +231,8 @@ def test_a_feed_forward_critic_values_the_rollout_at_the_update_as_it_would_have
 def test_ppo_losses_are_the_masked_means_of_their_terms(members):
     """The weighted sums of ``ppo_losses`` equal the masked mean of each term (per member, then over members),
     including a member with no active sample (it adds nothing)."""
-    from marlparts.agents.losses import masked_mean
-    from marlparts.agents.ppo_losses import ppo_losses
+    from marlparts.agents.common.losses import masked_mean
+    from marlparts.agents.ppo.losses import ppo_losses
 
     generator = torch.Generator().manual_seed(0)
     rows = 12 * (members or 1)
@@ -264,7 +264,7 @@ def test_ppo_losses_are_the_masked_means_of_their_terms(members):
 
 
 def test_ppo_losses_name_a_policy_output_with_more_than_one_value_per_sample():
-    from marlparts.agents.ppo_losses import ppo_losses
+    from marlparts.agents.ppo.losses import ppo_losses
 
     one = torch.zeros(4, 1)
     with pytest.raises(ValueError, match="the policy's entropy has shape \\(4, 2\\)"):

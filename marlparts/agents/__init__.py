@@ -1,15 +1,15 @@
 """Multi-agent algorithms."""
 
 from marlparts.agents.base import MultiAgent
-from marlparts.agents.ippo import IPPO, IPPO_DEFAULT_CONFIG
-from marlparts.agents.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
-from marlparts.agents.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
-from marlparts.agents.masac import MASAC, MASAC_DEFAULT_CONFIG
-from marlparts.agents.matd3 import MATD3, MATD3_DEFAULT_CONFIG
-from marlparts.agents.off_policy import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
-from marlparts.agents.ppo_core import PPO_DEFAULT_CONFIG, MultiAgentPPO
-from marlparts.agents.qmix import QMIX, QMIX_DEFAULT_CONFIG
-from marlparts.agents.vdn import VDN, VDN_DEFAULT_CONFIG
+from marlparts.agents.ppo.ippo import IPPO, IPPO_DEFAULT_CONFIG
+from marlparts.agents.off_policy.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
+from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.agents.off_policy.masac import MASAC, MASAC_DEFAULT_CONFIG
+from marlparts.agents.off_policy.matd3 import MATD3, MATD3_DEFAULT_CONFIG
+from marlparts.agents.off_policy.base import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
+from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.agents.off_policy.qmix import QMIX, QMIX_DEFAULT_CONFIG
+from marlparts.agents.off_policy.vdn import VDN, VDN_DEFAULT_CONFIG
 
 __all__ = [
     "IPPO", "IPPO_DEFAULT_CONFIG", "MADDPG", "MADDPG_DEFAULT_CONFIG", "MAPPO", "MAPPO_DEFAULT_CONFIG", "MASAC",

@@ -1,7 +1,7 @@
 """The base of every multi-agent algorithm: configuration, groups, models and their records, hooks.
 
-Tracking, checkpoints and the optimizer step come from the mixins of :mod:`~marlparts.agents.tracking`,
-:mod:`~marlparts.agents.checkpoints` and :mod:`~marlparts.agents.optimization`.
+Tracking, checkpoints and the optimizer step come from the mixins of :mod:`~marlparts.agents.common.tracking`,
+:mod:`~marlparts.agents.common.checkpoints` and :mod:`~marlparts.agents.common.optimization`.
 """
 
 import copy
@@ -14,12 +14,12 @@ import gymnasium
 import torch
 
 from marlparts.agents.adam import LeanAdam
-from marlparts.agents.checkpoints import CheckpointMixin
-from marlparts.agents.groups import AgentGroup, build_groups
-from marlparts.agents.optimization import OptimizationMixin
-from marlparts.agents.stacking import StackedTrainedModel
-from marlparts.agents.tracking import TrackingMixin
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.checkpoints import CheckpointMixin
+from marlparts.agents.common.groups import AgentGroup, build_groups
+from marlparts.agents.common.optimization import OptimizationMixin
+from marlparts.agents.common.stacking import StackedTrainedModel
+from marlparts.agents.common.tracking import TrackingMixin
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.memories.base import Memory
 from marlparts.models.base import Model
 from marlparts.models.recurrent import is_recurrent

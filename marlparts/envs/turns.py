@@ -8,7 +8,7 @@ so a critic can value a waiting agent's position and a centralised state can hol
 Rewards: an AEC env may reward any agent at any step (a loser's -1 arrives on the winner's move).
 Every agent's reward at a step is returned at that step, whether it acted or not; the algorithms
 credit what reaches an agent while it waits to its last action (see
-:func:`~marlparts.agents.advantages.compute_gae`).
+:func:`~marlparts.agents.ppo.advantages.compute_gae`).
 """
 
 from typing import Any, Callable, Dict, List, Tuple

@@ -4,9 +4,9 @@ from typing import List, Optional, Union
 
 import torch
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.ppo_core import PPO_DEFAULT_CONFIG, MultiAgentPPO
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 

@@ -6,7 +6,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.utils.distributed import average_gradients
 
 

@@ -4,7 +4,7 @@ from typing import Any, Optional
 
 import torch
 
-from marlparts.agents.qmix import QMIX, QMIX_DEFAULT_CONFIG
+from marlparts.agents.off_policy.qmix import QMIX, QMIX_DEFAULT_CONFIG
 from marlparts.utils.config import Config
 
 VDN_DEFAULT_CONFIG: Config = QMIX_DEFAULT_CONFIG.copy()

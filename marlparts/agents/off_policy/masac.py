@@ -6,10 +6,10 @@ import gymnasium
 import torch
 from torch import nn
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.losses import masked_mean
-from marlparts.agents.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.losses import masked_mean
+from marlparts.agents.off_policy.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 

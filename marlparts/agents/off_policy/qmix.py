@@ -5,8 +5,8 @@ from typing import Any, Dict, List, Mapping, Optional
 import gymnasium
 import torch
 
-from marlparts.agents.losses import masked_mean
-from marlparts.agents.off_policy import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
+from marlparts.agents.common.losses import masked_mean
+from marlparts.agents.off_policy.base import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
 from marlparts.resources.noises import linear_scale
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config

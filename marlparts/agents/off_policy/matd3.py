@@ -8,8 +8,8 @@ from typing import Tuple
 
 import torch
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.off_policy.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
 from marlparts.utils.config import Config
 
 MATD3_DEFAULT_CONFIG: Config = MADDPG_DEFAULT_CONFIG.copy()

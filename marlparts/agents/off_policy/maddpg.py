@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.losses import masked_mean
-from marlparts.agents.off_policy import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.losses import masked_mean
+from marlparts.agents.off_policy.base import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
 from marlparts.resources.noises import GaussianNoise, linear_scale
 from marlparts.utils.agent_tensors import unstack_agents, with_own_actions
 from marlparts.utils.config import Config
@@ -46,7 +46,7 @@ class MADDPG(OffPolicyMultiAgent):
     state) followed by every agent's action (one-hot for discrete agents), all in
     ``possible_agents`` order, and whose output has one Q-value per agent that uses it (in
     ``possible_agents`` order among those agents). Target networks are deep copies made here.
-    Replay, gating and targets come from :class:`~marlparts.agents.off_policy.OffPolicyMultiAgent`.
+    Replay, gating and targets come from :class:`~marlparts.agents.off_policy.base.OffPolicyMultiAgent`.
 
     Subclasses change the update through :meth:`target_actions`, :meth:`next_q_values`,
     :meth:`target_values`, :meth:`actor_objective` and :meth:`update_actor_now` (see

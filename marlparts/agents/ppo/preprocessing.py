@@ -5,9 +5,9 @@ from typing import List, Optional, Union
 import torch
 from torch import nn
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.stacking import StackedScaler, StackedTrainedModel
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.stacking import StackedScaler, StackedTrainedModel
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.resources.preprocessors import RunningStandardScaler
 
 
@@ -15,7 +15,7 @@ class PPOPreprocessingMixin:
     """Each trained model's preprocessors in the PPO algorithms: the observation preprocessor of a policy,
     the state preprocessor of a critic and its value normaliser (kept in the model's record), built from
     ``cfg`` and folded in once per update from the rollout's active steps. Part of
-    :class:`~marlparts.agents.ppo_core.MultiAgentPPO`, which provides ``critic_input_rows``.
+    :class:`~marlparts.agents.ppo.core.MultiAgentPPO`, which provides ``critic_input_rows``.
     """
 
     def _make_preprocessor(self, key: str, size: int, members: int = 0) -> Optional[nn.Module]:

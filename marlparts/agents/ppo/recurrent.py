@@ -10,9 +10,9 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.ppo_losses import ppo_losses
-from marlparts.agents.recurrence import HiddenStates, episode_starts, reset_rows
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.ppo.losses import ppo_losses
+from marlparts.agents.ppo.hidden_states import HiddenStates, episode_starts, reset_rows
 from marlparts.models.recurrent import is_recurrent
 
 

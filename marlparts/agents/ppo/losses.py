@@ -4,7 +4,7 @@ from typing import Dict, Mapping
 
 import torch
 
-from marlparts.agents.losses import masked_mean_weights
+from marlparts.agents.common.losses import masked_mean_weights
 
 
 def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
@@ -15,7 +15,7 @@ def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages
     All tensors have one row per sample; values are in the critic's (normalised) units; ``cfg`` holds
     ``ratio_clip``, ``entropy_loss_scale``, ``clip_predicted_values``, ``value_clip`` and ``value_loss_scale``.
     With ``members`` (agents with models of their own, merged into one group), each loss is the mean
-    over the agents of each agent's own mean (see :func:`~marlparts.agents.losses.masked_mean`).
+    over the agents of each agent's own mean (see :func:`~marlparts.agents.common.losses.masked_mean`).
     Every tensor holds one value per sample (``(samples,)`` or ``(samples, 1)``).
     """
     samples = active.numel()

@@ -6,7 +6,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from marlparts.agents.groups import AgentGroup
+from marlparts.agents.common.groups import AgentGroup
 from marlparts.utils.agent_tensors import stack_agents
 
 

@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.trained_model import TrainedModel, optimizer_parameters
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.trained_model import TrainedModel, optimizer_parameters
 from marlparts.models.stacked import StackedModels
 from marlparts.resources.preprocessors import RunningStandardScaler
 

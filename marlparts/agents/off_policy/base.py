@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.resources.noises import Noise
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import Config

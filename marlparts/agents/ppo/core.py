@@ -8,15 +8,15 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
-from marlparts.agents.advantages import compute_gae, waiting_bootstraps
+from marlparts.agents.ppo.advantages import compute_gae, waiting_bootstraps
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
-from marlparts.agents.groups import AgentGroup
-from marlparts.agents.losses import masked_mean_std
-from marlparts.agents.ppo_losses import ppo_losses
-from marlparts.agents.ppo_preprocessing import PPOPreprocessingMixin
-from marlparts.agents.ppo_sequences import RecurrentPPOMixin
-from marlparts.agents.stacking import stack_groups
-from marlparts.agents.trained_model import TrainedModel
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.losses import masked_mean_std
+from marlparts.agents.ppo.losses import ppo_losses
+from marlparts.agents.ppo.preprocessing import PPOPreprocessingMixin
+from marlparts.agents.ppo.recurrent import RecurrentPPOMixin
+from marlparts.agents.common.stacking import stack_groups
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
@@ -320,7 +320,7 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
         """GAE over each agent's own active steps (what reaches an agent while it waits for its turn goes to
         its last action); advantages normalised over the group's active steps. An action after which the
         agent was still waiting when the rollout (or a time limit) ended is marked inactive: its value
-        would rest on an untrained waiting observation (:func:`~marlparts.agents.advantages.waiting_bootstraps`).
+        would rest on an untrained waiting observation (:func:`~marlparts.agents.ppo.advantages.waiting_bootstraps`).
 
         Also fixes, in the critic's (normalised) units of collection time, the targets and the
         old values the value loss compares predictions with.
