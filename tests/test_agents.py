@@ -68,7 +68,7 @@ def test_groups_follow_model_identity():
     assert len(separate.trained) == 6
     # separate models of one class and shape run as one stacked group, still named per agent in checkpoints
     stacked = build_mappo(env, share=False)
-    assert [(g.uids, sorted(g.stacked_roles)) for g in stacked.groups] == [
+    assert [(g.uids, sorted(g.per_agent_roles)) for g in stacked.groups] == [
         (["agent_0", "agent_1", "agent_2"], ["policy", "value"])]
     assert len(stacked.trained) == 2
     assert sorted(stacked.checkpoint_parts()) == sorted(separate.checkpoint_parts())
@@ -261,7 +261,7 @@ def test_mappo_critic_modes(tmp_path, mode, inputs, outputs):
     obs, _ = env.reset()
     from marlparts.utils import stack_agents
 
-    values = agent.predict_values(agent.groups[0], stack_agents(obs, env.possible_agents), env.state())
+    values, _ = agent.predict_values(agent.groups[0], stack_agents(obs, env.possible_agents), env.state())
     assert values.shape == (4, 3, 1)
     if mode == "none":
         assert torch.equal(values[:, 0], values[:, 1])
@@ -353,3 +353,15 @@ def test_a_trained_model_clips_and_forgets_its_gradients_as_torch_does(limit):
         torch.testing.assert_close(mine.grad, reference.grad)
     record.zero_gradients()
     assert all(parameter.grad is None for parameter in ours.parameters())
+
+
+def test_the_config_chooses_the_optimizer_class_and_its_arguments(tmp_path):
+    env = spread()
+    agent = build_mappo(env, directory=str(tmp_path),
+                        cfg={"optimizer": torch.optim.SGD, "optimizer_kwargs": {"momentum": 0.5}, "learning_rate": 0.01,
+                             "experiment": {"tensorboard": False}})
+    assert {type(record.optimizer) for record in agent.trained} == {torch.optim.SGD}
+    assert {(group["lr"], group["momentum"]) for record in agent.trained
+            for group in record.optimizer.param_groups} == {(0.01, 0.5)}
+    default = build_mappo(env, directory=str(tmp_path / "default"), cfg={"experiment": {"tensorboard": False}})
+    assert {type(record.optimizer) for record in default.trained} == {torch.optim.Adam}

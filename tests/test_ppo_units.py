@@ -9,8 +9,8 @@ from mpe2 import simple_spread_v3
 from toy_envs import ContinuousEnv, CountingEnv
 
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
-from marlparts.agents.ppo.advantages import compute_gae
 from marlparts.agents.common.losses import masked_mean
+from marlparts.agents.ppo.advantages import compute_gae
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import GaussianMixin, Model, mlp
@@ -52,11 +52,11 @@ def watch_first_minibatch(agent):
                         "std": (normaliser.running_variance + normaliser.epsilon).sqrt().float(), "groups": []})
         original_update(*args)
 
-    def predict(group, observations, states):
-        predicted = original_predict(group, observations, states)
+    def predict(group, observations, states, inputs=None):
+        predicted, outputs = original_predict(group, observations, states, inputs)
         if records and torch.is_grad_enabled():
             records[-1]["predicted"] = predicted.detach().clone()
-        return predicted
+        return predicted, outputs
 
     def group_losses(group, indexes):
         losses = original_losses(group, indexes)
@@ -108,7 +108,7 @@ def test_a_critic_shared_by_several_groups_bootstraps_with_the_statistics_of_its
         with torch.no_grad():
             for group in agent.groups:
                 next_obs = stack_agents(agent._next_observations, group.uids)
-                last.append(normaliser(agent.predict_values(group, next_obs, agent._next_states), inverse=True))
+                last.append(normaliser(agent.predict_values(group, next_obs, agent._next_states)[0], inverse=True))
         gae_inputs.append(last)
         original_advantages()
 
@@ -200,14 +200,14 @@ def test_a_feed_forward_critic_values_the_rollout_at_the_update_as_it_would_have
     cfg = {"learning_epochs": 1, "mini_batches": 2, "state_preprocessor": RunningStandardScaler,
            "value_preprocessor": RunningStandardScaler}
     agent = build_mappo(env, share=False, rollouts=10, directory=str(tmp_path), cfg=cfg, algorithm=algorithm)
-    assert any(group.stacked_roles for group in agent.groups)
+    assert any(group.per_agent_roles for group in agent.groups)
     seen, compared = [], []
     original_record, original_advantages = agent.record_transition, agent.compute_advantages
 
     def record_transition(**kwargs):
         if agent.training:
             with torch.no_grad():
-                seen.append([agent._values(group, stack_agents(kwargs["observations"], group.uids), kwargs["states"])
+                seen.append([agent._values(group, stack_agents(kwargs["observations"], group.uids), kwargs["states"])[0]
                              for group in agent.groups])
         original_record(**kwargs)
 
@@ -227,38 +227,38 @@ def test_a_feed_forward_critic_values_the_rollout_at_the_update_as_it_would_have
     assert min(compared) > 0.0  # values were compared, not zeros
 
 
-@pytest.mark.parametrize("members", [0, 3])
+@pytest.mark.parametrize("members", [1, 3])
 def test_ppo_losses_are_the_masked_means_of_their_terms(members):
-    """The weighted sums of ``ppo_losses`` equal the masked mean of each term (per member, then over members),
-    including a member with no active sample (it adds nothing)."""
+    """The weighted sums of ``ppo_losses`` equal the masked mean of each term (per set of models, then over the
+    sets), including a set with no active sample (it adds nothing)."""
     from marlparts.agents.common.losses import masked_mean
     from marlparts.agents.ppo.losses import ppo_losses
 
     generator = torch.Generator().manual_seed(0)
-    rows = 12 * (members or 1)
+    rows = 12 * members
     def column():
         return torch.randn(rows, 1, generator=generator)
     log_prob, old_log_prob, advantages, entropy = column(), column(), column(), column().abs()
     predicted, targets, old_values = column(), column(), column()
     active = torch.rand(rows, 1, generator=generator) > 0.3
-    if members:
+    if members > 1:
         active.view(-1, members)[:, 1] = False  # the second member never acts
     cfg = {"ratio_clip": 0.2, "clip_predicted_values": True, "value_clip": 0.2, "value_loss_scale": 0.5,
            "entropy_loss_scale": 0.01}
     losses = ppo_losses(log_prob=log_prob, old_log_prob=old_log_prob, advantages=advantages, entropy=entropy,
                         predicted=predicted, targets=targets, old_values=old_values, active=active, cfg=cfg,
-                        members=members)
+                        model_sets=members)
     ratio = (log_prob - old_log_prob).exp()
     surrogate = torch.min(ratio * advantages, ratio.clamp(0.8, 1.2) * advantages)
     clipped = old_values + (predicted - old_values).clamp(-0.2, 0.2)
     value_error = torch.max((predicted - targets).square(), (clipped - targets).square())
     def mean(values):
-        return masked_mean(values, active, members=members)
+        return masked_mean(values, active, model_sets=members)
     torch.testing.assert_close(losses["policy"], -mean(surrogate))
     torch.testing.assert_close(losses["value"], 0.5 * mean(value_error))
     torch.testing.assert_close(losses["entropy"], -0.01 * mean(entropy))
     torch.testing.assert_close(losses["kl"], mean(ratio - 1.0 - (log_prob - old_log_prob)))
-    if members:  # each member weighs the same: the silent one counts as 0 in the mean over members
+    if members > 1:  # each member weighs the same: the silent one counts as 0 in the mean over members
         own = [masked_mean(entropy.view(-1, members)[:, k], active.view(-1, members)[:, k]) for k in range(members)]
         torch.testing.assert_close(losses["entropy_value"], sum(own) / members)
 
@@ -279,4 +279,4 @@ def test_a_masked_mean_of_small_half_precision_values_does_not_round_to_zero():
     mask[::2] = False
     assert masked_mean(values, mask).item() == pytest.approx(1e-3, rel=1e-3)
     # rows b * 4 + k: members 0 and 2 have no active row (mean 0), members 1 and 3 a mean of 1e-3
-    assert masked_mean(values, mask, members=4).item() == pytest.approx(5e-4, rel=1e-3)
+    assert masked_mean(values, mask, model_sets=4).item() == pytest.approx(5e-4, rel=1e-3)

@@ -5,7 +5,7 @@ import torch
 from helpers import Policy, Value
 from toy_envs import CountingEnv, CueEnv
 
-from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MADDPG, MADDPG_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.agents import IPPO, MADDPG, MADDPG_DEFAULT_CONFIG, MAPPO, RecurrentIPPO, RecurrentMAPPO
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, RecurrentMixin, mlp
@@ -41,21 +41,24 @@ class RecurrentValue(RecurrentMixin, DeterministicMixin, Model):
 
 
 def build(env, algorithm="mappo", recurrent_policy=True, recurrent_critic=True, cfg=None, rollouts=16):
+    """RecurrentMAPPO / RecurrentIPPO, or MAPPO / IPPO when neither model is recurrent."""
     uid = env.possible_agents[0]
     policy_class = RecurrentPolicy if recurrent_policy else Policy
     value_class = RecurrentValue if recurrent_critic else Value
+    recurrent = recurrent_policy or recurrent_critic
+    algorithm_class = {("mappo", True): RecurrentMAPPO, ("mappo", False): MAPPO, ("ippo", True): RecurrentIPPO,
+                       ("ippo", False): IPPO}[algorithm, recurrent]
     policy = policy_class(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
     if algorithm == "mappo" and (cfg or {}).get("agent_specific_values") == "one_hot":
         value = value_class(observation_space=append_agent_id(env.state_space, env.num_agents))
-        base = MAPPO_DEFAULT_CONFIG.copy()
     elif algorithm == "mappo":
         value = value_class(observation_space=env.state_space, output_size=env.num_agents)
-        base = MAPPO_DEFAULT_CONFIG.copy()
     else:
         value = value_class(observation_space=env.observation_space(uid))
-        base = IPPO_DEFAULT_CONFIG.copy()
-    base.update(rollouts=rollouts, learning_epochs=4, mini_batches=2, learning_rate=3e-3,
-                sequence_length=4 if recurrent_policy or recurrent_critic else 0)
+    base = algorithm_class.DEFAULT_CONFIG.copy()
+    base.update(rollouts=rollouts, learning_epochs=4, mini_batches=2, learning_rate=3e-3)
+    if recurrent:
+        base["sequence_length"] = 4
     base["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
     base.update(cfg or {})
     kwargs = dict(possible_agents=env.possible_agents,
@@ -63,8 +66,8 @@ def build(env, algorithm="mappo", recurrent_policy=True, recurrent_critic=True, 
                   memories={u: RandomMemory(memory_size=rollouts, num_envs=env.num_envs) for u in env.possible_agents},
                   observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=base)
     if algorithm == "mappo":
-        return MAPPO(state_spaces=env.state_spaces, **kwargs)
-    return IPPO(**kwargs)
+        return algorithm_class(state_spaces=env.state_spaces, **kwargs)
+    return algorithm_class(**kwargs)
 
 
 def success_rate(env, agent, steps):
@@ -91,8 +94,8 @@ def test_the_update_replays_each_chunk_from_its_stored_hidden_states(algorithm, 
     cfg = {"learning_epochs": 1, "mini_batches": 1, "rollouts": 8}
     agent = build(env, algorithm, cfg=cfg if mode is None else {**cfg, "agent_specific_values": mode}, rollouts=8)
     losses = []
-    original = agent.sequence_losses
-    agent.sequence_losses = lambda group, chunks: losses.append(original(group, chunks)) or losses[-1]
+    original = agent.group_losses
+    agent.group_losses = lambda group, chunks: losses.append(original(group, chunks)) or losses[-1]
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
     memory = agent.groups[0].memory
     starts = memory.get_tensor_by_name("starts")
@@ -114,8 +117,16 @@ def _unclipped_value_loss(agent):
 
 def test_bad_recurrent_settings_are_named():
     env = wrap_env(lambda: CueEnv(length=4), num_envs=2, seed=0)
-    with pytest.raises(ValueError, match=r"recurrent: set cfg\['sequence_length'\]"):
+    with pytest.raises(ValueError, match=r"sequence_length'\] is 0 but cfg\['rollouts'\] is 16"):
         build(env, cfg={"sequence_length": 0})
+    with pytest.raises(TypeError, match=r"models\['agent_0'\]\['policy'\] is recurrent, but MAPPO does not train on "
+                                        "sequences: use RecurrentMAPPO or RecurrentIPPO"):
+        MAPPO(possible_agents=env.possible_agents, state_spaces=env.state_spaces,
+              models={u: {"policy": RecurrentPolicy(observation_space=env.observation_space("agent_0"),
+                                                    action_space=env.action_space("agent_0")),
+                          "value": Value(observation_space=env.state_space, output_size=2)} for u in env.possible_agents},
+              memories={u: RandomMemory(memory_size=16, num_envs=2) for u in env.possible_agents},
+              observation_spaces=env.observation_spaces, action_spaces=env.action_spaces)
     with pytest.raises(ValueError, match=r"sequence_length'\] is 32 but cfg\['rollouts'\] is 16"):
         build(env, cfg={"sequence_length": 32})
     with pytest.raises(ValueError, match=r"sequence_length'\] is 5 but cfg\['rollouts'\] is 16"):
@@ -153,3 +164,61 @@ def test_hidden_states_restart_when_the_env_is_reset_at_a_rollout_boundary():
     assert memory.get_tensor_by_name("starts")[0].all()
     assert (memory.get_tensor_by_name("policy_hidden")[0] == 0).all()
     assert (memory.get_tensor_by_name("value_hidden")[0] == 0).all()
+
+
+def test_a_truncated_episode_is_valued_from_the_critic_state_that_has_seen_its_last_observation(tmp_path):
+    """V(final observation) of a time limit comes from the recurrent critic's hidden state after it read the
+    step's own observation, as the next step's value would: h_{t+1} = cell(s_t, h_t), then V(s_final; h_{t+1}).
+    """
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=4, leave_at=99), num_envs=2, seed=0)
+    agent = build(env, recurrent_policy=False, rollouts=8, cfg={"value_preprocessor": None, "learning_epochs": 1})
+    ended = []
+    original = agent.record_transition
+
+    def record_transition(**step):
+        if step["infos"].get("final_state") is not None and step["truncated"]["agent_0"].any():
+            ended.append((agent.groups[0].memory.memory_index, step["infos"]["final_state"].clone()))
+        original(**step)
+
+    agent.record_transition = record_transition
+    agent.update = lambda *args: None  # the stored rollout stays as collected
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    memory, critic = agent.groups[0].memory, agent.groups[0].models["value"]
+    assert [index for index, _ in ended] == [3, 7]
+    for index, final_state in ended:
+        with torch.no_grad():
+            _, _, seen = critic.act({"observations": memory.get_tensor_by_name("states")[index],
+                                     "hidden": memory.get_tensor_by_name("value_hidden")[index, :, 0]})
+            expected, _, _ = critic.act({"observations": final_state, "hidden": seen["hidden"]})
+        stored = memory.get_tensor_by_name("final_values")[index, :, :, 0]
+        assert torch.allclose(stored, expected, atol=1e-6), (stored, expected)
+
+
+def test_a_critic_of_the_global_state_starts_afresh_with_the_episode_whatever_the_grouping_of_agents(tmp_path):
+    """One recurrent critic of the global state shared by groups of one agent each (their policies differ): it reads
+    the same states with the same episode starts for every group, so all keep the same hidden states, also while
+    agent_1 has left the episode (its group must not reset the critic's state then).
+    """
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=6, leave_at=2), num_envs=2, seed=0)
+    uid = env.possible_agents[0]
+    value = RecurrentValue(observation_space=env.state_space, output_size=env.num_agents)
+    models = {u: {"policy": Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
+                  "value": value} for u in env.possible_agents}
+    cfg = RecurrentMAPPO.DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=12, sequence_length=4, learning_epochs=1, stack_models=False)
+    cfg["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
+    agent = RecurrentMAPPO(possible_agents=env.possible_agents, models=models,
+                           memories={u: RandomMemory(memory_size=12, num_envs=2) for u in env.possible_agents},
+                           observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                           state_spaces=env.state_spaces, cfg=cfg)
+    assert [group.uids for group in agent.groups] == [["agent_0"], ["agent_1"], ["agent_2"]]
+    agent.update = lambda *args: None
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 12, "disable_progressbar": True}).train()
+    first, second, third = (group.memory for group in agent.groups)
+    assert not second.get_tensor_by_name("active").all()  # agent_1 left the episodes
+    assert torch.equal(first.get_tensor_by_name("value_hidden"), second.get_tensor_by_name("value_hidden"))
+    assert torch.equal(first.get_tensor_by_name("value_hidden"), third.get_tensor_by_name("value_hidden"))
+    assert not second.get_tensor_by_name("active")[4].any()  # row 4: mid-episode, agent_1 has left
+    assert (second.get_tensor_by_name("value_hidden")[4] != 0).all()

@@ -69,7 +69,7 @@ def test_a_cut_that_cannot_be_avoided_is_stored_as_truncated_and_bootstrapped(tm
     cut_observation[..., 2] = memory.get_tensor_by_name("actions")[2, ..., 0].float()
     group = agent.groups[0]
     with torch.no_grad():  # CountingEnv's state is [step, agents still in the episode]
-        expected = agent._values(group, cut_observation, torch.tensor([[3.0, 3.0]]))
+        expected, _ = agent._values(group, cut_observation, torch.tensor([[3.0, 3.0]]))
     assert torch.allclose(memory.get_tensor_by_name("final_values")[2], expected, atol=1e-6)
 
 

@@ -18,7 +18,7 @@ import torch
 from mpe2 import simple_spread_v3
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.agents import MAPPO, RecurrentMAPPO
 from marlparts.envs import MultiAgentEnv, wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, RecurrentMixin, mlp
@@ -102,16 +102,20 @@ def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0, device: 
 
 
 def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, recurrent: bool = True, **overrides) -> MAPPO:
-    """MAPPO with one (recurrent, unless ``recurrent`` is False) policy and one critic shared by every agent."""
+    """RecurrentMAPPO with one recurrent policy and one critic shared by every agent (MAPPO with a feed-forward
+    policy if ``recurrent`` is False).
+    """
     uid = env.possible_agents[0]
     policy = (RecurrentPolicy if recurrent else Policy)(observation_space=env.observation_space(uid),
                                                         action_space=env.action_space(uid))
     value = Value(observation_space=env.state_space, output_size=env.num_agents)  # one value per agent
     models = {uid: {"policy": policy, "value": value} for uid in env.possible_agents}
 
-    cfg = MAPPO_DEFAULT_CONFIG.copy()
+    algorithm = RecurrentMAPPO if recurrent else MAPPO
+    cfg = algorithm.DEFAULT_CONFIG.copy()
     cfg["rollouts"] = 25  # one whole episode of every copy per update
-    cfg["sequence_length"] = SEQUENCE_LENGTH if recurrent else 0
+    if recurrent:
+        cfg["sequence_length"] = SEQUENCE_LENGTH
     cfg["learning_epochs"] = 10
     cfg["mini_batches"] = 4
     cfg["learning_rate"] = 7e-4
@@ -120,9 +124,9 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, recurrent: bool =
     cfg["experiment"]["directory"] = directory
     cfg.update(overrides)
     memories = {uid: RandomMemory(memory_size=cfg["rollouts"], num_envs=env.num_envs) for uid in env.possible_agents}
-    return MAPPO(possible_agents=env.possible_agents, models=models, memories=memories,
-                 observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
-                 state_spaces=env.state_spaces, device=env.device, cfg=cfg)
+    return algorithm(possible_agents=env.possible_agents, models=models, memories=memories,
+                     observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                     state_spaces=env.state_spaces, device=env.device, cfg=cfg)
 
 
 def parse_arguments() -> argparse.Namespace:

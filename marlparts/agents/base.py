@@ -13,7 +13,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gymnasium
 import torch
 
-from marlparts.agents.adam import LeanAdam
 from marlparts.agents.common.checkpoints import CheckpointMixin
 from marlparts.agents.common.groups import AgentGroup, build_groups
 from marlparts.agents.common.optimization import OptimizationMixin
@@ -165,7 +164,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                     raise TypeError(f"models[{uid!r}][{role!r}] is a {type(roles[role]).__name__}, not a marlparts Model")
                 if is_recurrent(roles[role]) and not self.SUPPORTS_SEQUENCES:
                     raise TypeError(f"models[{uid!r}][{role!r}] is recurrent, but {type(self).__name__} does not train on "
-                                    "sequences: use MAPPO or IPPO with cfg['sequence_length'], or a feed-forward model")
+                                    "sequences: use RecurrentMAPPO or RecurrentIPPO, or a feed-forward model")
 
     def _check_group_spaces(self, group: AgentGroup) -> None:
         """Agents that share models must see and act in the same spaces."""
@@ -210,16 +209,15 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         return agreed_value(self.cfg, key, self.owners(model, role), f"the agents that share {self.model_name(model)}")
 
     def add_trained_model(self, model: Model, role: str, *, learning_rate_key: str = "learning_rate") -> TrainedModel:
-        """The record of ``model`` (created on first call): an Adam optimizer at the model's learning rate,
-        the scheduler of ``cfg["learning_rate_scheduler"]`` if the config has one, and its gradient-norm limit.
+        """The record of ``model`` (created on first call): an optimizer of class ``cfg["optimizer"]`` (Adam by
+        default, with ``cfg["optimizer_kwargs"]``) at the model's learning rate, the scheduler of
+        ``cfg["learning_rate_scheduler"]`` if the config has one, and its gradient-norm limit.
         """
         if id(model) in self._records:
             return self._records[id(model)]
         rate = self.model_value(learning_rate_key, model, role)
-        if self.device.type in ("cpu", "cuda") and all(p.is_floating_point() for p in model.parameters()):
-            optimizer = LeanAdam(model.parameters(), lr=rate)  # the fused Adam, without per-step bookkeeping
-        else:
-            optimizer = torch.optim.Adam(model.parameters(), lr=rate)
+        optimizer_class = self.cfg.get("optimizer") or torch.optim.Adam
+        optimizer = optimizer_class(model.parameters(), lr=rate, **self.cfg.get("optimizer_kwargs", {}))
         # a stack's record names each member as without stacking (checkpoints, logs)
         stacked = {"member_names": [self.model_name(m) for m in model.members]} if isinstance(model, StackedModels) else {}
         record = (StackedTrainedModel if stacked else TrainedModel)(
@@ -377,9 +375,9 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         self.training = mode == "train"
         for model in self.distinct_models():
             model.train(self.training)
-        for group in self.groups:  # stacked models run a batched copy of their members
-            for role in group.stacked_roles:
-                group.models[role].train(self.training)
+        for group in self.groups:  # the models a group runs (a batched model of several agents' own included)
+            for model in group.models.values():
+                model.train(self.training)
 
     def frozen_copy(self) -> "MultiAgent":
         """A copy that acts as this algorithm does now and never changes: its models and preprocessors

@@ -6,7 +6,6 @@ import gymnasium
 import torch
 from torch import nn
 
-from marlparts.models._kernels import FastTanh
 from marlparts.utils.spaces import action_size, flat_size
 
 
@@ -35,19 +34,15 @@ class Model(nn.Module):
         self.num_actions = flat_size(action_space) if action_space is not None else 0
         self.action_columns = action_size(action_space) if action_space is not None else 0
         self.num_outputs = int(output_size) if output_size is not None else (self.num_actions or 1)
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.initial_device = torch.device(device) if device is not None else torch.device("cpu")
 
-    def _apply(self, fn, *args, **kwargs):
-        """Move or cast as ``nn.Module`` does, and keep :attr:`device` where the parameters now are
-        (``model.to("cuda")`` or an algorithm moving its models must not leave ``device`` saying ``cpu``).
-        """
-        module = super()._apply(fn, *args, **kwargs)
-        tensor = next(iter(self.parameters()), None)
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters (or buffers) are; the ``device`` it was built with if it has none."""
+        tensor = next(self.parameters(), None)
         if tensor is None:
-            tensor = next(iter(self.buffers()), None)
-        if tensor is not None:
-            self.device = tensor.device
-        return module
+            tensor = next(self.buffers(), None)
+        return tensor.device if tensor is not None else self.initial_device
 
     def compute(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Return ``(output, extras)`` for ``inputs``; ``role`` names the use (``"policy"``, ``"value"``)."""
@@ -94,8 +89,7 @@ def mlp(input_size: int, output_size: int, *, hidden_sizes: Sequence[int] = (64,
         input_size: number of inputs.
         output_size: number of outputs.
         hidden_sizes: width of each hidden layer.
-        activation: activation class placed after each hidden layer (``torch.nn.Tanh`` by default, computed by
-            a faster kernel with the same values).
+        activation: activation class placed after each hidden layer (``torch.nn.Tanh`` by default).
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
     """
     layers, size = [], input_size
@@ -103,7 +97,7 @@ def mlp(input_size: int, output_size: int, *, hidden_sizes: Sequence[int] = (64,
         linear = nn.Linear(size, hidden)
         nn.init.orthogonal_(linear.weight, gain=2**0.5)
         nn.init.zeros_(linear.bias)
-        layers += [linear, FastTanh() if activation is nn.Tanh else activation()]
+        layers += [linear, activation()]
         size = hidden
     last = nn.Linear(size, output_size)
     nn.init.orthogonal_(last.weight, gain=output_gain)

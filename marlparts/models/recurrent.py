@@ -26,7 +26,7 @@ class RecurrentMixin:
                 output, hidden = self.recur(self.cell, torch.relu(self.encoder(inputs["observations"])), inputs)
                 return self.head(output), {"hidden": hidden}
 
-    The algorithms that support recurrence (MAPPO and IPPO with ``cfg["sequence_length"]``) keep
+    The algorithms that support recurrence (``RecurrentMAPPO`` and ``RecurrentIPPO``) keep
     the hidden states, store them with the rollout, reset them where an episode starts or an
     agent is inactive, and train on chunks of consecutive steps from the stored initial states.
     """

@@ -10,12 +10,10 @@ loading a member's ``state_dict`` writes into the stack.
 """
 
 import copy
-from collections import OrderedDict
-from typing import Any, Callable, Dict, Iterator, List, Mapping, MutableMapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
-from torch.nn.modules import module as torch_module
 
 from marlparts.models.base import Model
 from marlparts.models.recurrent import is_recurrent
@@ -46,29 +44,6 @@ class StackedLinear(nn.Module):
         if self.bias is None:
             return torch.bmm(x, self.weight)
         return torch.baddbmm(self.bias, x, self.weight)
-
-
-_GLOBAL_MODULE_HOOKS = (torch_module._global_forward_pre_hooks, torch_module._global_forward_hooks,
-                        torch_module._global_backward_pre_hooks, torch_module._global_backward_hooks)
-
-
-class DirectSequential(nn.Sequential):
-    """An ``nn.Sequential`` that calls each layer's ``forward`` itself, skipping ``nn.Module.__call__``'s
-    bookkeeping, which for the small layers of a policy costs about as much as a layer; a layer with
-    hooks (or under global ones), or whose class overrides ``__call__``, is called as usual. The stacked
-    copy's sequences are of this kind.
-    """
-
-    def forward(self, x: Any) -> Any:
-        """The layers in order."""
-        hooked = any(hooks for hooks in _GLOBAL_MODULE_HOOKS)
-        for layer in self._modules.values():
-            if hooked or layer._forward_hooks or layer._forward_pre_hooks or layer._backward_hooks or \
-                    layer._backward_pre_hooks or type(layer).__call__ is not nn.Module.__call__:
-                x = layer(x)
-            else:
-                x = layer.forward(x)
-        return x
 
 
 def _owner(module: nn.Module, dotted: str) -> Tuple[nn.Module, str]:
@@ -124,47 +99,6 @@ def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
     return None
 
 
-class StackedOutputs(MutableMapping[str, Any]):
-    """The outputs of a stacked run, each turned back into rows (``to_rows``) when it is first read.
-
-    A read under ``torch.no_grad()`` is not kept for later reads with gradients (they convert afresh, so a
-    loss built from them has its gradient). Entries set on it are kept as given.
-
-    Args:
-        outputs: the stacked run's outputs, ``(K, batch, ...)`` tensors and other values.
-        to_rows: what turns one of them into ``(batch * K, ...)`` rows.
-    """
-
-    def __init__(self, outputs: Mapping[str, Any], to_rows: Callable[[Any], Any]) -> None:
-        self._outputs, self._to_rows, self._rows = dict(outputs), to_rows, {}
-
-    def __getitem__(self, key: str) -> Any:
-        if key in self._rows:
-            return self._rows[key]
-        value = self._outputs[key]
-        rows = self._to_rows(value)
-        if torch.is_grad_enabled() or not (isinstance(value, torch.Tensor) and value.requires_grad):
-            self._rows[key] = rows
-        return rows
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._outputs[key] = value
-        self._rows[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self._outputs[key]
-        self._rows.pop(key, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._outputs)
-
-    def __len__(self) -> int:
-        return len(self._outputs)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._outputs
-
-
 class StackedModels(nn.Module):
     """``K`` models of one class and shape (the *members*) run as one batched model.
 
@@ -172,7 +106,7 @@ class StackedModels(nn.Module):
     share one model passes them: ``(batch * K, ...)``, row ``b * K + k`` belonging to member ``k``.
     :meth:`act` returns its outputs in the same order, so the stack stands in for a shared model.
 
-    Built by :meth:`build`, which returns None when the members cannot be stacked or their stacked
+    Built by :meth:`build`, which says why instead when the members cannot be stacked or their stacked
     run does not reproduce their own outputs; the members are untouched until :meth:`bind_members`
     points their parameters at the stack.
 
@@ -194,17 +128,22 @@ class StackedModels(nn.Module):
         self.size = len(members)
 
     @classmethod
-    def build(cls, members: Sequence[Model], *, check_inputs: int) -> Optional["StackedModels"]:
-        """Stack ``members`` (see the class documentation), or None if they cannot be.
+    def build(cls, members: Sequence[Model], *, check_inputs: int) -> Union["StackedModels", str]:
+        """Stack ``members`` (see the class documentation), or say why they cannot be stacked.
 
         ``check_inputs`` is the number of input features: the stacked run is compared with each
         member's own on random inputs of that size before any member is changed.
         """
-        if len(members) < 2 or stacking_obstacle(members) is not None:
-            return None
+        if len(members) < 2:
+            return "there is only one model"
+        obstacle = stacking_obstacle(members)
+        if obstacle is not None:
+            return obstacle
         batched, stacked, transposed = cls._batched_copy(members)
         stack = cls(members, batched, stacked, transposed)
-        return stack if stack._reproduces_members(check_inputs) else None
+        if not stack._reproduces_members(check_inputs):
+            return "their batched run does not reproduce each model's own outputs (does compute mix the rows of a batch?)"
+        return stack
 
     @staticmethod
     def _batched_copy(members: Sequence[Model]) -> Tuple[Model, List[Tuple[str, nn.Parameter]], List[str]]:
@@ -237,14 +176,11 @@ class StackedModels(nn.Module):
             if module_name not in linear_names:
                 owner, local = _owner(batched, name)
                 setattr(owner, local, parameter)
+        persistent = set(first.state_dict())
         for name, _ in first.named_buffers():
             owner, local = _owner(batched, name)
             owner.register_buffer(local, torch.stack([member.get_buffer(name) for member in members]).unsqueeze(1),
-                                  persistent=local not in owner._non_persistent_buffers_set)
-        for name, module in list(batched.named_modules()):
-            if type(module) is nn.Sequential and name:
-                parent, local = _owner(batched, name)
-                setattr(parent, local, DirectSequential(OrderedDict(module._modules)))
+                                  persistent=name in persistent)
         return batched, [(name, stacked[name]) for name, _ in first.named_parameters()], transposed
 
     def _reproduces_members(self, num_inputs: int) -> bool:
@@ -276,11 +212,11 @@ class StackedModels(nn.Module):
                 owner, local = _owner(member, name)
                 old = getattr(owner, local)
                 setattr(owner, local, nn.Parameter(self.member_view(name, stacked.data[k]), requires_grad=old.requires_grad))
+        persistent = set(self.members[0].state_dict())
         for name, stacked in self.batched.named_buffers():
             for k, member in enumerate(self.members):
                 owner, local = _owner(member, name)
-                owner.register_buffer(local, stacked[k].view(getattr(owner, local).shape),
-                                      persistent=local not in owner._non_persistent_buffers_set)
+                owner.register_buffer(local, stacked[k].view(getattr(owner, local).shape), persistent=name in persistent)
 
     def member_view(self, name: str, stacked_slice: torch.Tensor) -> torch.Tensor:
         """Slice ``k`` of the stacked parameter ``name`` (or of a tensor shaped like it, such as an optimizer
@@ -306,18 +242,17 @@ class StackedModels(nn.Module):
                 for key, value in inputs.items()}
 
     def compute(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Mapping[str, Any]]:
-        """Every member's ``compute`` on its rows, in one batched run; rows in, rows out (the extra outputs
-        turned back into rows when read).
-        """
+        """Every member's ``compute`` on its rows, in one batched run; rows in, rows out."""
         output, extras = self.batched.compute(self._stacked_inputs(inputs), role)
-        return self._from_stack(output), StackedOutputs(extras, self._from_stack)
+        return self._from_stack(output), {key: self._from_stack(value) for key, value in extras.items()}
 
-    def act(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Mapping]:
-        """Every member's ``act`` (its policy mixin on its ``compute``) on its rows, in one batched run; the
-        outputs are turned back into rows when read (acting reads few of them, an update others).
+    def act(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict]:
+        """Every member's ``act`` (its policy mixin on its ``compute``) on its rows, in one batched run; rows in,
+        rows out.
         """
         actions, log_prob, outputs = self.batched.act(self._stacked_inputs(inputs), role)
-        return self._from_stack(actions), self._from_stack(log_prob), StackedOutputs(outputs, self._from_stack)
+        return (self._from_stack(actions), self._from_stack(log_prob),
+                {key: self._from_stack(value) for key, value in outputs.items()})
 
     def forward(self, inputs: Mapping[str, Any], role: str = "") -> Tuple[torch.Tensor, Optional[torch.Tensor], Dict]:
         """Same as :meth:`act`."""

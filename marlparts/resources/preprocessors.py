@@ -32,14 +32,6 @@ class RunningStandardScaler(nn.Module):
         self.register_buffer("running_mean", torch.zeros(size, dtype=torch.float64, device=device))
         self.register_buffer("running_variance", torch.ones(size, dtype=torch.float64, device=device))
         self.register_buffer("current_count", torch.ones((), dtype=torch.float64, device=device))
-        self._cached = None  # (dtype, mean, std) in the input dtype, rebuilt after each change
-
-    def _apply(self, fn, *args, **kwargs):
-        """Move or cast the statistics as ``nn.Module`` does, and drop the cached mean and std
-        (they were made on the old device).
-        """
-        self._cached = None
-        return super()._apply(fn, *args, **kwargs)
 
     def update(self, x: torch.Tensor) -> None:
         """Fold the batch ``x`` (``(..., size)``) into the running statistics.
@@ -75,11 +67,6 @@ class RunningStandardScaler(nn.Module):
         self.running_mean += delta * batch_count / total
         self.running_variance.copy_(m2 / total)
         self.current_count.copy_(total)
-        self._cached = None
-
-    def _load_from_state_dict(self, *args, **kwargs) -> None:
-        super()._load_from_state_dict(*args, **kwargs)
-        self._cached = None
 
     def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False, clip: bool = True) -> torch.Tensor:
         """Standardise ``x`` (after updating the statistics with it if ``train``), or undo it if ``inverse``.
@@ -91,9 +78,7 @@ class RunningStandardScaler(nn.Module):
                              f"{tuple(x.shape)}")
         if train:
             self.update(x)
-        if self._cached is None or self._cached[0] != x.dtype:
-            self._cached = (x.dtype, self.running_mean.to(x.dtype), (self.running_variance + self.epsilon).sqrt().to(x.dtype))
-        _, mean, std = self._cached
+        mean, std = self.running_mean.to(x.dtype), (self.running_variance + self.epsilon).sqrt().to(x.dtype)
         if inverse:
             return x * std + mean
         standardised = (x - mean) / std

@@ -23,12 +23,15 @@ class AgentGroup:
         noise: the exploration noise of algorithms that add one (off-policy methods), else None.
         hidden: ``role -> HiddenStates`` of the group's recurrent models (empty for feed-forward ones).
         cache: values of the current step passed from ``act`` to ``record_transition``.
-        stacked_roles: the roles whose model is a :class:`~marlparts.models.stacked.StackedModels` of
-            the agents' own models (one per agent, run as one); empty for a group that shares models.
+        model_sets: how many sets of models stand behind the group: 1 when its agents share every model,
+            the group's size when each agent has models of its own (some of them run as one batched model,
+            a :class:`~marlparts.models.stacked.StackedModels`). Statistics that belong to a set of models
+            (advantage normalisation, loss means) are taken per set: ``tensor.unflatten(agent_axis,
+            (group.model_sets, -1))`` gives each set its own axis.
     """
 
     def __init__(self, uids: Sequence[str], models: Mapping[str, Model], memory: Optional[Memory],
-                 agent_indexes: Sequence[int]) -> None:
+                 agent_indexes: Sequence[int], *, per_agent_roles: FrozenSet[str] = frozenset()) -> None:
         self.uids = list(uids)
         self.models = dict(models)
         self.memory = memory
@@ -38,12 +41,19 @@ class AgentGroup:
         self.noise: Optional[Any] = None
         self.hidden: Dict[str, Any] = {}
         self.cache: Dict[str, torch.Tensor] = {}
-        self.stacked_roles: FrozenSet[str] = frozenset()
+        self.per_agent_roles = frozenset(per_agent_roles)
+        self.model_sets = len(self.uids) if self.per_agent_roles else 1
 
     @property
     def size(self) -> int:
         """Number of agents in the group."""
         return len(self.uids)
+
+    def model_count(self, role: str) -> int:
+        """How many models of ``role`` the group runs: 1 when its agents share one, the group's size when each
+        agent has its own (run as one batched model).
+        """
+        return len(self.uids) if role in self.per_agent_roles else 1
 
     def __repr__(self) -> str:
         return f"AgentGroup({self.uids})"

@@ -5,30 +5,28 @@ from typing import Tuple
 import torch
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, members: int = 0) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, *, model_sets: int = 1) -> torch.Tensor:
     """Mean of ``values`` over the entries where ``mask`` is true (0 if there are none).
 
-    Used to leave out the steps where an agent was inactive (it had left the episode). With
-    ``members``, the rows are ``(batch * members)`` in batch-major order and the result is the mean
-    over members of each member's own masked mean: agents with models of their own weigh the same
-    whatever their number of active steps, as they would each in a group of their own.
+    Used to leave out the steps where an agent was inactive (it had left the episode). The rows are
+    ``(batch * model_sets)`` in batch-major order (a group's agents, see
+    :attr:`~marlparts.agents.common.groups.AgentGroup.model_sets`), and the result is the mean over the sets
+    of each set's own masked mean: agents with models of their own weigh the same whatever their number of
+    active steps, as they would each in a group of their own. With one set it is the plain masked mean.
     """
-    return (values * masked_mean_weights(mask, members=members, dtype=values.dtype)).sum()
+    return (values * masked_mean_weights(mask, model_sets=model_sets, dtype=values.dtype)).sum()
 
 
-def masked_mean_weights(mask: torch.Tensor, *, members: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def masked_mean_weights(mask: torch.Tensor, *, model_sets: int = 1, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-entry weights ``w`` (shaped like ``mask``) with ``(values * w).sum()`` equal to
-    :func:`masked_mean` ``(values, mask, members=members)``: computed once, they turn every masked mean of
-    a batch into one product and one sum (the losses of one minibatch share their mask). They are in
+    :func:`masked_mean` ``(values, mask, model_sets=model_sets)``: computed once, they turn every masked mean
+    of a batch into one product and one sum (the losses of one minibatch share their mask). They are in
     ``dtype`` or float32, whichever is wider: float16 products of small values and small weights would round to 0.
     """
-    mask = mask.to(torch.promote_types(dtype, torch.float32))
-    if members:
-        per_member = mask.unflatten(0, (-1, members))
-        counts = per_member.flatten(2).sum((0, 2)).clamp(min=1.0)  # (members,)
-        shape = (1, members) + (1,) * (per_member.dim() - 2)
-        return (per_member / (counts.view(shape) * members)).flatten(0, 1)
-    return mask / mask.sum().clamp(min=1.0)
+    per_set = mask.to(torch.promote_types(dtype, torch.float32)).unflatten(0, (-1, model_sets))
+    counts = per_set.sum([0, *range(2, per_set.dim())]).clamp(min=1.0)  # (model_sets,)
+    shape = (1, model_sets) + (1,) * (per_set.dim() - 2)
+    return (per_set / (counts.view(shape) * model_sets)).flatten(0, 1)
 
 
 def masked_mean_std(values: torch.Tensor, mask: torch.Tensor, *, dims: Tuple[int, ...]) -> Tuple[torch.Tensor, torch.Tensor]:

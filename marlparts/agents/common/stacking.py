@@ -10,8 +10,9 @@ preprocessors, whose statistics :class:`StackedScaler` reads as one stacked tens
 """
 
 import copy
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 import torch
 from torch import nn
@@ -40,8 +41,6 @@ class StackedScaler(nn.Module):
             self.register_buffer(name, stacked)
             for k, member in enumerate(members):
                 member.register_buffer(name, stacked[k])
-                member._cached = None
-        self._cached: Optional[tuple] = None
 
     def forward(self, x: torch.Tensor, train: bool = False, inverse: bool = False, clip: bool = True) -> torch.Tensor:
         """Standardise each member's part of ``x`` with its own statistics (or undo it if ``inverse``)."""
@@ -52,10 +51,7 @@ class StackedScaler(nn.Module):
         if stacked.shape[-2:] != self.running_mean.shape:
             raise ValueError(f"stacked RunningStandardScaler of {self.size} members of size {self.running_mean.shape[1]} "
                              f"got input of shape {tuple(x.shape)}")
-        key = (x.dtype, self.running_mean._version, self.running_variance._version)
-        if self._cached is None or self._cached[0] != key:
-            self._cached = (key, self.running_mean.to(x.dtype), (self.running_variance + self.epsilon).sqrt().to(x.dtype))
-        _, mean, std = self._cached
+        mean, std = self.running_mean.to(x.dtype), (self.running_variance + self.epsilon).sqrt().to(x.dtype)
         if inverse:
             result = stacked * std + mean
         else:
@@ -161,6 +157,20 @@ class StackedTrainedModel(TrainedModel):
                 parts[f"value_normaliser:{name}"] = self.value_normaliser.members[k]
         return parts
 
+    def make_preprocessor(self, preprocessor_class: Type[nn.Module], size: int, kwargs: Mapping[str, Any],
+                          device: torch.device) -> nn.Module:
+        """One :class:`RunningStandardScaler` per member, applied together by a :class:`StackedScaler`."""
+        if preprocessor_class is not RunningStandardScaler:
+            raise TypeError(f"{preprocessor_class.__name__}: agents whose models are stacked use RunningStandardScaler "
+                            "preprocessors; set cfg['stack_models'] = False for other preprocessors")
+        return StackedScaler([preprocessor_class(size, **kwargs).to(device) for _ in self.member_names])
+
+    def rows_per_model(self, values: torch.Tensor, active: torch.Tensor) -> List[torch.Tensor]:
+        """The rows of ``values`` ``(..., members, features)`` where ``active`` ``(..., members)`` is True, one
+        tensor per member (each member's preprocessors take in its own agent's rows).
+        """
+        return [values[..., k, :][active[..., k]] for k in range(len(self.member_names))]
+
     def learning_rates(self) -> Dict[str, float]:
         """``{member name: learning rate}`` (one optimizer: the same rate for every member)."""
         return {name: self.learning_rate() for name in self.member_names}
@@ -169,14 +179,13 @@ class StackedTrainedModel(TrainedModel):
         """Clip each member's gradient to norm ``grad_norm_clip`` on its own, as its own optimizer would."""
         if self.grad_norm_clip <= 0:
             return
-        gradients = self.present_gradients()
+        gradients = [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
         if not gradients:
             return
         norms = torch.linalg.vector_norm(torch.cat([gradient.flatten(1) for gradient in gradients], 1), dim=1)  # (K,)
         scale = (self.grad_norm_clip / (norms + 1e-6)).clamp_(max=1.0)
-        # the scales as (K, 1, ...) views, one per number of dimensions (linear layers' are all 3-d)
-        views = {count: scale.view((-1,) + (1,) * (count - 1)) for count in {gradient.dim() for gradient in gradients}}
-        torch._foreach_mul_(gradients, [views[gradient.dim()] for gradient in gradients])
+        for gradient in gradients:  # each stacked gradient is (K, ...): member k's part scaled by scale[k]
+            gradient.mul_(scale.view((-1,) + (1,) * (gradient.dim() - 1)))
 
 
 def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int],
@@ -190,6 +199,8 @@ def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes
     inputs a model of ``role`` reads, for the check that the stacked run reproduces the members';
     only groups with equal ``settings(group)`` (their per-agent configuration) are merged, since the
     merged agents share one. The merged group takes the first member's place and memory.
+    Candidates that cannot be stacked stay groups of their own, run one after another, and a
+    warning says why.
     """
     candidates: Dict[tuple, List[AgentGroup]] = {}
     for group in groups:
@@ -202,7 +213,9 @@ def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes
         if len(members) < 2:
             continue
         group = _merge(members, roles, input_sizes)
-        if group is None:
+        if isinstance(group, str):
+            warnings.warn(f"the models of agents {[member.uids[0] for member in members]} are not run as one batched "
+                          f"model, but one agent after another: {group}", stacklevel=4)
             continue
         merged[id(members[0])] = group
         for member in members[1:]:
@@ -211,7 +224,8 @@ def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes
 
 
 def _merge(members: List[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int]
-           ) -> Optional[AgentGroup]:
+           ) -> Union[AgentGroup, str]:
+    """One group of ``members`` with stacked models, or why their models cannot be stacked."""
     models: Dict[str, Any] = {}
     first = members[0]
     for role in roles:
@@ -220,16 +234,13 @@ def _merge(members: List[AgentGroup], roles: Sequence[str], input_sizes: Callabl
             models[role] = role_models[0]
             continue
         stack = StackedModels.build(role_models, check_inputs=input_sizes(first.uids[0], role))
-        if stack is None:
-            return None
+        if isinstance(stack, str):
+            return f"their {role!r} models cannot be stacked: {stack}"
         models[role] = stack
-    stacked_roles = frozenset(role for role, model in models.items() if isinstance(model, StackedModels))
-    if not stacked_roles:
-        return None
-    for role in stacked_roles:
+    per_agent_roles = frozenset(role for role, model in models.items() if isinstance(model, StackedModels))
+    for role in per_agent_roles:
         models[role].bind_members()
     group = AgentGroup([group.uids[0] for group in members], models, first.memory,
-                       [int(group.agent_indexes[0]) for group in members])
+                       [int(group.agent_indexes[0]) for group in members], per_agent_roles=per_agent_roles)
     group.cfg = dict(first.cfg)
-    group.stacked_roles = stacked_roles
     return group

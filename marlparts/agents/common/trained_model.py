@@ -1,7 +1,7 @@
 """One record per model an algorithm trains: the model and everything that belongs to it."""
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, Type, Union
 
 import torch
 from torch import nn
@@ -51,6 +51,17 @@ class TrainedModel:
                 parts[f"{prefix}:{self.name}"] = part
         return parts
 
+    def make_preprocessor(self, preprocessor_class: Type[nn.Module], size: int, kwargs: Mapping[str, Any],
+                          device: torch.device) -> nn.Module:
+        """A preprocessor of class ``preprocessor_class`` for ``size`` features of this model's inputs or values."""
+        return preprocessor_class(size, **kwargs).to(device)
+
+    def rows_per_model(self, values: torch.Tensor, active: torch.Tensor) -> Union[torch.Tensor, List[torch.Tensor]]:
+        """The rows of ``values`` ``(..., agents, features)`` where ``active`` ``(..., agents)`` is True, as this
+        record's preprocessors take them in: one tensor for its model.
+        """
+        return values[active]
+
     def learning_rate(self) -> float:
         """The optimizer's current learning rate."""
         return float(self.optimizer.param_groups[0]["lr"])
@@ -63,25 +74,11 @@ class TrainedModel:
         """The parameters its optimizer steps (read from the optimizer: no walk over the model's modules)."""
         return optimizer_parameters(self.optimizer)
 
-    def present_gradients(self) -> List[torch.Tensor]:
-        """The gradients of the trained parameters that have one."""
-        return [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
-
     def zero_gradients(self) -> None:
-        """Forget the gradients of the trained parameters (``zero_grad(set_to_none=True)`` without its per-call
-        bookkeeping, which costs more than a minibatch's small operations).
-        """
-        for parameter in self.trained_parameters():
-            parameter.grad = None
+        """Forget the gradients of the trained parameters."""
+        self.optimizer.zero_grad(set_to_none=True)
 
     def clip_gradients(self) -> None:
-        """Scale the gradient of the trained parameters to norm at most ``grad_norm_clip`` (0: no clipping), as
-        ``torch.nn.utils.clip_grad_norm_`` does, with one norm over the concatenated gradients.
-        """
-        if self.grad_norm_clip <= 0:
-            return
-        gradients = self.present_gradients()
-        if not gradients:
-            return
-        norm = torch.linalg.vector_norm(torch.cat([gradient.flatten() for gradient in gradients]))
-        torch._foreach_mul_(gradients, (self.grad_norm_clip / (norm + 1e-6)).clamp_(max=1.0))
+        """Scale the gradient of the trained parameters to norm at most ``grad_norm_clip`` (0: no clipping)."""
+        if self.grad_norm_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.trained_parameters(), self.grad_norm_clip)

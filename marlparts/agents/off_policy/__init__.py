@@ -1,2 +1,3 @@
 """The off-policy family: the shared base (replay per group, target models, batch sampling), MADDPG,
-MATD3, MASAC, QMIX and VDN."""
+MATD3, MASAC, QMIX and VDN.
+"""

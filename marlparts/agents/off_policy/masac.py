@@ -8,8 +8,8 @@ from torch import nn
 
 from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.common.losses import masked_mean
-from marlparts.agents.off_policy.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
 from marlparts.agents.common.trained_model import TrainedModel
+from marlparts.agents.off_policy.maddpg import MADDPG, MADDPG_DEFAULT_CONFIG
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 

@@ -1,2 +1,3 @@
 """The PPO family: the shared core (rollouts, GAE, epochs of minibatches), MAPPO, IPPO and their
-recurrent forms."""
+recurrent forms.
+"""

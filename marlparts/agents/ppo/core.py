@@ -8,15 +8,14 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
-from marlparts.agents.ppo.advantages import compute_gae, waiting_bootstraps
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
 from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.common.losses import masked_mean_std
-from marlparts.agents.ppo.losses import ppo_losses
-from marlparts.agents.ppo.preprocessing import PPOPreprocessingMixin
-from marlparts.agents.ppo.recurrent import RecurrentPPOMixin
 from marlparts.agents.common.stacking import stack_groups
 from marlparts.agents.common.trained_model import TrainedModel
+from marlparts.agents.ppo.advantages import compute_gae, waiting_bootstraps
+from marlparts.agents.ppo.losses import ppo_losses
+from marlparts.agents.ppo.preprocessing import PPOPreprocessingMixin
 from marlparts.resources.preprocessors import RunningStandardScaler
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
@@ -31,6 +30,8 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "discount_factor": 0.99,              # gamma (per agent allowed)
     "gae_lambda": 0.95,                   # GAE lambda (per agent allowed)
     "learning_rate": 7e-4,                # Adam learning rate (per agent allowed)
+    "optimizer": torch.optim.Adam,       # the torch.optim class of every trained model
+    "optimizer_kwargs": {},               # its keyword arguments besides the learning rate
     "learning_rate_scheduler": None,      # e.g. KLAdaptiveLR
     "learning_rate_scheduler_kwargs": {},
     "observation_preprocessor": None,     # applied to policy inputs, e.g. RunningStandardScaler
@@ -48,7 +49,6 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "kl_threshold": 0.0,                  # stop the epochs early past this KL (0: never)
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
     "mixed_precision": False,             # CUDA autocast (float16) and a gradient scaler in the update
-    "sequence_length": 0,                 # recurrent models: chunks of this many consecutive steps (0: single steps)
     "stack_models": True,                 # run agents' own models of one class and shape as one (stacked parameters)
     "experiment": EXPERIMENT_DEFAULTS,
 })
@@ -59,7 +59,7 @@ def _rows_to_agents(tensor: torch.Tensor, rows: torch.Size) -> torch.Tensor:
     return tensor.reshape(rows + tensor.shape[1:])
 
 
-class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
+class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
     """PPO for several agents, one batch per group of agents that share models.
 
     Each agent needs a ``"policy"`` (a stochastic model) and a ``"value"`` model. One Adam
@@ -81,7 +81,6 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                                 "value_clip", "clip_predicted_values", "entropy_loss_scale", "value_loss_scale",
                                 "time_limit_bootstrap"})
     USES_STATE = False
-    SUPPORTS_SEQUENCES = True
     SUPPORTS_TURN_BASED = True
 
     def __init__(self, **kwargs: Any) -> None:
@@ -91,21 +90,18 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
         self._check_groups()
         if self.cfg["stack_models"]:
             self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings)
-        self._prepare_recurrence()
         for group in self.groups:
             policy, value = group.models["policy"], group.models["value"]
             uid = group.uids[0]
             group.trained["policy"] = policy_record = self.add_trained_model(policy, "policy")
             group.trained["value"] = value_record = self.add_trained_model(value, "value")
-            policy_members = group.size if "policy" in group.stacked_roles else 0
-            value_members = group.size if "value" in group.stacked_roles else 0
             if policy_record.input_preprocessor is None:
                 policy_record.input_preprocessor = self._make_preprocessor(
-                    "observation_preprocessor", flat_size(self.observation_spaces[uid]), policy_members)
+                    "observation_preprocessor", flat_size(self.observation_spaces[uid]), policy_record)
             if value_record.input_preprocessor is None:
                 value_record.input_preprocessor = self._make_preprocessor("state_preprocessor",
-                                                                          self.critic_input_size(uid), value_members)
-                value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1, value_members)
+                                                                          self.critic_input_size(uid), value_record)
+                value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1, value_record)
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
         self._next_infos: Optional[Mapping[str, Any]] = None
@@ -160,17 +156,23 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                 memory.create_tensor(name, (size, 1))
             for name in ("terminated", "truncated", "active"):
                 memory.create_tensor(name, (size, 1), dtype=torch.bool)
-            if self._recurrent(group):
-                self._create_recurrent_tensors(group)
 
     # ----------------------------------------------------------------------------- inputs
-    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
-        """The critic's output ``(batch, group size, 1)``, in its own (normalised) units.
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                       inputs: Optional[Mapping[str, torch.Tensor]] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """The critic's output ``(batch, group size, 1)``, in its own (normalised) units, and the critic's outputs.
 
-        ``observations`` is ``(batch, group size, obs)`` and ``states`` ``(batch, state)``. This is
-        where the algorithms differ: what the critic reads and how its outputs map to the agents.
+        ``observations`` is ``(batch, group size, obs)`` and ``states`` ``(batch, state)``; ``inputs`` are further
+        model inputs, one row per row the critic reads (a recurrent critic's ``"hidden"``). This is where the
+        algorithms differ: what the critic reads and how its outputs map to the agents.
         """
         raise NotImplementedError
+
+    def critic(self, group: AgentGroup, rows: torch.Tensor,
+               inputs: Optional[Mapping[str, torch.Tensor]] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """The group's critic on ``rows`` ``(rows, features)`` (with ``inputs`` beside them): its value and outputs."""
+        value, _, outputs = group.models["value"].act({**(inputs or {}), "observations": rows}, role="value")
+        return value, outputs
 
     def critic_input_rows(self, record: TrainedModel) -> Union[torch.Tensor, List[torch.Tensor]]:
         """The stored critic inputs of the rollout that the state preprocessor of ``record`` takes in:
@@ -179,11 +181,23 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
         """
         raise NotImplementedError
 
-    def _values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
-        """Values ``(batch, group, 1)`` in return units (value normalisation undone)."""
-        predicted = self.predict_values(group, observations, states)
+    def _values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                inputs: Optional[Mapping[str, torch.Tensor]] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """Values ``(batch, group, 1)`` in return units (value normalisation undone), and the critic's outputs."""
+        predicted, outputs = self.predict_values(group, observations, states, inputs)
         normaliser = self.value_normaliser(group)
-        return predicted if normaliser is None else normaliser(predicted, inverse=True)
+        return (predicted if normaliser is None else normaliser(predicted, inverse=True)), outputs
+
+    def next_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                    infos: Optional[Mapping[str, Any]]) -> torch.Tensor:
+        """Values in return units of the observations that follow the last collected step (to bootstrap the
+        rollout's end).
+        """
+        return self._values(group, observations, states)[0]
+
+    def final_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
+        """Values in return units of the final observations of episodes that ended at the step just collected."""
+        return self._values(group, observations, states)[0]
 
     # ----------------------------------------------------------------------------- hooks
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
@@ -202,12 +216,8 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
             inputs = {"observations": self._policy_inputs(group, obs)}
             if masks is not None:
                 inputs["action_mask"] = stack_agents(masks, group.uids).flatten(0, 1)
-            if self._recurrent(group):
-                self._recurrent_policy_step(group, inputs, obs.shape[0], infos, obs.device)
-            sampled, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
+            sampled, log_prob, outputs = self.policy_act(group, inputs, infos)
             rows = obs.shape[:2]  # (copies, agents of the group)
-            if "policy" in group.hidden:
-                group.hidden["policy"].keep(outputs["hidden"], self.training)
             chosen = sampled if self.training or self.stochastic_evaluation else outputs["mean_actions"]
             actions.update(unstack_agents(_rows_to_agents(chosen, rows), group.uids))
             if self.training:
@@ -216,20 +226,21 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                 group.cache["active"] = self.active_mask(infos, group, obs.shape[0], obs.device)
                 if masks is not None:
                     group.cache["action_mask"] = _rows_to_agents(inputs["action_mask"], rows)
-        if self.training:
-            self._fresh_start = False
         return actions
+
+    def policy_act(self, group: AgentGroup, inputs: Dict[str, torch.Tensor],
+                   infos: Mapping[str, Any]) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, Any]]:
+        """The group's policy on one step's ``inputs``: ``(actions, log_prob, outputs)``."""
+        return group.models["policy"].act(inputs, role="policy")
 
     def record_transition(self, *, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor],
                           actions: Mapping[str, torch.Tensor], rewards: Mapping[str, torch.Tensor],
                           next_observations: Mapping[str, torch.Tensor], next_states: Optional[torch.Tensor],
                           terminated: Mapping[str, torch.Tensor], truncated: Mapping[str, torch.Tensor],
                           infos: Mapping[str, Any], timestep: int, timesteps: int) -> None:
-        """Store one step per group and, for truncated episodes, V(final observation). A recurrent critic
-        values the step here (its hidden state moves with the rollout); a feed-forward one values the whole
-        rollout at once when the update begins (:meth:`compute_advantages`): its parameters and input
-        statistics do not change within a rollout, so the values are the same, at one forward pass instead
-        of one per step.
+        """Store one step per group and, for truncated episodes, V(final observation). The critic values the
+        stored steps when the update begins (:meth:`compute_advantages`): its parameters and input statistics
+        do not change within a rollout, so the values are the same, at one forward pass instead of one per step.
         """
         if not self.training:
             return
@@ -238,35 +249,39 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
             for group in self.groups:
                 obs = stack_agents(observations, group.uids)
                 self._check_batch(group, obs)
-                truncated_group = stack_agents(truncated, group.uids).bool()
-                final_values = torch.zeros_like(group.cache["log_prob"])
-                if group.cfg["time_limit_bootstrap"] and truncated_group.any() \
-                        and self.can_bootstrap_time_limits(infos, self.USES_STATE):
-                    final_obs = stack_agents(infos["final_observation"], group.uids)
-                    final_values = torch.where(truncated_group, self._values_after_step(
-                        group, final_obs, infos.get("final_state"), infos, reset=False), 0.0)
-                samples = {
-                    "observations": obs,
-                    "actions": group.cache["actions"],
-                    "rewards": stack_agents(rewards, group.uids).float(),
-                    "terminated": stack_agents(terminated, group.uids).bool(),
-                    "truncated": truncated_group,
-                    "active": group.cache["active"],
-                    "log_prob": group.cache["log_prob"],
-                    "final_values": final_values,
-                }
-                if "value" in group.hidden:
-                    samples["values"] = self._collection_values(group, obs, states)
-                if self._recurrent(group):
-                    samples.update(self._recurrent_samples(group))
-                if self.USES_STATE:
-                    samples["states"] = states
+                samples = self.step_samples(group, obs, states, rewards=rewards, terminated=terminated,
+                                            truncated=truncated, infos=infos)
                 if "action_mask" in group.cache:
                     group.memory.create_tensor("action_mask", group.cache["action_mask"].shape[1:], dtype=torch.bool)
                     samples["action_mask"] = group.cache["action_mask"]
                     self._has_action_mask = True
                 group.memory.add_samples(**samples)
         self._next_observations, self._next_states, self._next_infos = next_observations, next_states, infos
+
+    def step_samples(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor], *,
+                     rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
+                     truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
+        """What the group stores of the step just taken (``observations`` ``(copies, group, obs)``)."""
+        truncated_group = stack_agents(truncated, group.uids).bool()
+        final_values = torch.zeros_like(group.cache["log_prob"])
+        if group.cfg["time_limit_bootstrap"] and truncated_group.any() \
+                and self.can_bootstrap_time_limits(infos, self.USES_STATE):
+            final_obs = stack_agents(infos["final_observation"], group.uids)
+            final_values = torch.where(truncated_group,
+                                       self.final_values(group, final_obs, infos.get("final_state")), 0.0)
+        samples = {
+            "observations": observations,
+            "actions": group.cache["actions"],
+            "rewards": stack_agents(rewards, group.uids).float(),
+            "terminated": stack_agents(terminated, group.uids).bool(),
+            "truncated": truncated_group,
+            "active": group.cache["active"],
+            "log_prob": group.cache["log_prob"],
+            "final_values": final_values,
+        }
+        if self.USES_STATE:
+            samples["states"] = states
+        return samples
 
     def cut_episodes(self) -> None:
         """Mark the last stored step of a rollout in progress as truncated, bootstrapped from the
@@ -279,7 +294,6 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
             if memory.memory_index and self._next_observations is None:  # a rollout loaded from a checkpoint:
                 for group in self.groups:                                 # it cannot be bootstrapped
                     group.memory.reset()
-            self.forget_hidden_states(training=True)  # the next episodes start afresh
             return
         step = memory.newest_step
         with torch.no_grad():
@@ -289,17 +303,10 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                 truncated = memory.get_tensor_by_name("truncated")[step]
                 cut = ~(terminated | truncated)
                 next_obs = stack_agents(self._next_observations, group.uids)
-                values = self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True)
+                values = self.next_values(group, next_obs, self._next_states, self._next_infos)
                 final_values = memory.get_tensor_by_name("final_values")
                 final_values[step] = torch.where(cut, values, final_values[step])
                 truncated |= cut
-        self.forget_hidden_states(training=True)
-
-    def set_mode(self, mode: str) -> None:
-        """As :meth:`MultiAgent.set_mode`; entering evaluation also starts its recurrent hidden states afresh."""
-        super().set_mode(mode)
-        if mode == "eval":
-            self.forget_hidden_states(training=False)
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
         """Update once ``rollouts`` steps are stored (counted by the memory, not by the trainer's
@@ -329,9 +336,8 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
             for group in self.groups:
                 memory = group.memory
                 next_obs = stack_agents(self._next_observations, group.uids)
-                if "value" not in group.hidden:
-                    memory.set_tensor_by_name("values", self._rollout_values(group))
-                values = memory.get_tensor_by_name("values")
+                values = self.rollout_values(group)
+                memory.set_tensor_by_name("values", values)
                 active = memory.get_tensor_by_name("active")
                 next_active = self._next_infos.get("active") if self._next_infos else None
                 unusable = None
@@ -344,28 +350,29 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
                     rewards=memory.get_tensor_by_name("rewards"), values=values,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),
                     final_values=memory.get_tensor_by_name("final_values"),
-                    last_values=self._values_after_step(group, next_obs, self._next_states, self._next_infos, reset=True),
+                    last_values=self.next_values(group, next_obs, self._next_states, self._next_infos),
                     discount_factor=group.cfg["discount_factor"], gae_lambda=group.cfg["gae_lambda"])
                 if unusable is not None:
                     active &= ~unusable  # left out of the losses and of the statistics below
-                # agents with models of their own (a merged group) each have their advantages' own statistics;
-                # an agent with no active step keeps mean 0 and std 1 (nothing of it enters a loss)
-                dims = (0, 1) if group.stacked_roles else (0, 1, 2)
-                mean, std = masked_mean_std(advantages, active, dims=dims)
-                memory.set_tensor_by_name("advantages", (advantages - mean) / (std + 1e-8))
+                # statistics per set of models (agents with models of their own each have their own); a set with
+                # no active step keeps mean 0 and std 1 (nothing of it enters a loss)
+                per_set = (group.model_sets, -1)
+                advantages, set_active = advantages.unflatten(2, per_set), active.unflatten(2, per_set)
+                mean, std = masked_mean_std(advantages, set_active, dims=(0, 1, 3))
+                memory.set_tensor_by_name("advantages", ((advantages - mean) / (std + 1e-8)).flatten(2, 3))
                 memory.set_tensor_by_name("returns", returns)
                 normaliser = self.value_normaliser(group)
                 memory.set_tensor_by_name("value_targets", returns if normaliser is None else normaliser(returns))
                 memory.set_tensor_by_name("old_values", values if normaliser is None else normaliser(values, clip=False))
 
-    def _rollout_values(self, group: AgentGroup) -> torch.Tensor:
+    def rollout_values(self, group: AgentGroup) -> torch.Tensor:
         """``V(s_t)`` in return units at every stored step of the rollout, ``(rollouts, num_envs, group, 1)``,
         by a feed-forward critic in one pass.
         """
         memory = group.memory
         observations = memory.get_tensor_by_name("observations")
         states = memory.get_tensor_by_name("states").flatten(0, 1) if self.USES_STATE else None
-        return self._values(group, observations.flatten(0, 1), states).unflatten(0, observations.shape[:2])
+        return self._values(group, observations.flatten(0, 1), states)[0].unflatten(0, observations.shape[:2])
 
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""
@@ -378,12 +385,16 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
         if self._has_action_mask:
             inputs["action_mask"] = batch["action_mask"].flatten(0, 1)
         _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
-        predicted = self.predict_values(group, batch["observations"], batch.get("states"))
+        predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
         return ppo_losses(log_prob=log_prob, old_log_prob=batch["log_prob"].flatten(0, 1),
                           advantages=batch["advantages"].flatten(0, 1), entropy=outputs["entropy"],
                           predicted=predicted.flatten(0, 1), targets=batch["value_targets"].flatten(0, 1),
                           old_values=batch["old_values"].flatten(0, 1), active=batch["active"].flatten(0, 1),
-                          cfg=group.cfg, members=group.size if group.stacked_roles else 0)
+                          cfg=group.cfg, model_sets=group.model_sets)
+
+    def minibatch_indexes(self) -> List[torch.Tensor]:
+        """The indexes of one epoch's minibatches (:meth:`group_losses` reads them), shuffled."""
+        return self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"])
 
     def update(self, timestep: int, timesteps: int) -> None:
         """PPO update (Schulman et al., 2017) on the rollout just collected.
@@ -398,12 +409,9 @@ class MultiAgentPPO(RecurrentPPOMixin, PPOPreprocessingMixin, MultiAgent):
         epochs: List[Dict[str, float]] = []
         for _ in range(self.cfg["learning_epochs"]):
             epoch = []
-            minibatches = (self.chunk_minibatches() if self.sequence_length
-                           else self.groups[0].memory.minibatch_indexes(self.cfg["mini_batches"]))
-            group_losses = self.sequence_losses if self.sequence_length else self.group_losses
-            for indexes in minibatches:
+            for indexes in self.minibatch_indexes():
                 with self.autocast():
-                    losses = self.mean_over_agents([group_losses(group, indexes) for group in self.groups])
+                    losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
                 self.optimize(self.trained, losses["policy"] + losses["value"] + losses["entropy"])
                 epoch.append({key: value.detach() for key, value in losses.items()})
             epochs.append({key: torch.stack([losses[key] for losses in epoch]).float().mean().item() for key in epoch[0]})

@@ -1,8 +1,8 @@
-"""Hidden states of recurrent models during collection: kept per group and role, reset where an episode
-starts or an agent is inactive, and handed to the model whatever rows it reads (per agent or per env copy).
+"""Hidden states of recurrent models during collection: kept per group and role, and reset row by row where
+what a row belongs to starts afresh (an episode of its env copy, or an agent that is inactive).
 """
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 import torch
 
@@ -11,34 +11,27 @@ from marlparts.utils.agent_tensors import stack_agents
 
 
 def episode_starts(infos: Optional[Mapping[str, Any]], group: AgentGroup, batch: int,
-                   device: torch.device) -> torch.Tensor:
-    """``(batch, group)`` bool: where the hidden state starts afresh at this step (the copy was reset,
-    or the agent is inactive, so its hidden state stays at zero until it acts again).
+                   device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(agent_starts (batch, group), copy_starts (batch,))`` bool at this step: where an agent's hidden state
+    starts afresh (its copy was reset, or the agent is inactive, so its state stays at zero until it acts
+    again), and where an env copy's episode starts (for rows that belong to the copy, not to one agent).
     """
     infos = infos or {}
-    starts = torch.zeros(batch, group.size, dtype=torch.bool, device=device)
     episode_end = infos.get("episode_end")
-    if episode_end is not None:
-        starts |= episode_end.reshape(batch, 1).bool().to(device)
+    copy_starts = (episode_end.reshape(batch).bool().to(device) if episode_end is not None
+                   else torch.zeros(batch, dtype=torch.bool, device=device))
+    agent_starts = copy_starts.unsqueeze(1).expand(batch, group.size)
     active = infos.get("active")
     if active is not None:
-        starts |= ~stack_agents(active, group.uids).reshape(batch, group.size).bool().to(device)
-    return starts
+        agent_starts = agent_starts | ~stack_agents(active, group.uids).reshape(batch, group.size).bool().to(device)
+    return agent_starts, copy_starts
 
 
-def reset_rows(hidden: torch.Tensor, starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
-    """Zero the rows of ``hidden`` that start afresh: rows per agent (``batch × group`` rows) follow
-    ``starts`` ``(batch, group)``; rows per env copy (``batch`` rows) follow ``copy_starts`` ``(batch,)``.
-    """
-    rows = hidden.shape[0]
-    if rows == starts.numel():
-        mask = starts.reshape(rows, 1)
-    elif rows == copy_starts.numel():
-        mask = copy_starts.reshape(rows, 1)
-    else:
-        raise ValueError(f"a recurrent model read {rows} rows for a batch of {starts.shape[0]} env copies of "
-                         f"{starts.shape[1]} agents: recurrence needs one row per agent or one per env copy")
-    return torch.where(mask, torch.zeros((), dtype=hidden.dtype, device=hidden.device), hidden)
+def reset_rows(hidden: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
+    """``hidden`` ``(batch * rows, size)`` with the rows that start afresh zeroed; ``starts`` is ``(batch, rows)``."""
+    if hidden.shape[0] != starts.numel():
+        raise ValueError(f"hidden states of {hidden.shape[0]} rows for {tuple(starts.shape)} (env copies, rows) starts")
+    return torch.where(starts.reshape(-1, 1), torch.zeros((), dtype=hidden.dtype, device=hidden.device), hidden)
 
 
 class HiddenStates:
@@ -53,12 +46,14 @@ class HiddenStates:
         self.hidden_size = int(hidden_size)
         self.states = {True: None, False: None}  # training -> hidden
 
-    def take(self, rows: int, training: bool, starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
-        """The hidden state ``(rows, hidden_size)`` for this step."""
+    def take(self, starts: torch.Tensor, training: bool) -> torch.Tensor:
+        """The hidden state ``(batch * rows, hidden_size)`` for this step; ``starts`` ``(batch, rows)`` says which
+        rows start afresh.
+        """
         hidden = self.states[training]
-        if hidden is None or hidden.shape[0] != rows:
-            return torch.zeros(rows, self.hidden_size, device=starts.device)
-        return reset_rows(hidden, starts, copy_starts)
+        if hidden is None or hidden.shape[0] != starts.numel():
+            return torch.zeros(starts.numel(), self.hidden_size, device=starts.device)
+        return reset_rows(hidden, starts)
 
     def keep(self, hidden: torch.Tensor, training: bool) -> None:
         """Store the hidden state a step returned."""

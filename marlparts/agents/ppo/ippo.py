@@ -1,12 +1,12 @@
 """Independent PPO (de Witt et al., 2020): every critic reads only its own agent's observation."""
 
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
 from marlparts.agents.common.trained_model import TrainedModel
+from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 
@@ -34,8 +34,9 @@ class IPPO(MultiAgentPPO):
         """
         return self.record_rows(record, "observations")
 
-    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
-        """The critic on each agent's own (standardised if configured) observation."""
-        inputs = self._preprocess_states(group, observations.flatten(0, 1))
-        predicted = self.critic_act(group, inputs)
-        return predicted.unflatten(0, observations.shape[:2])
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                       inputs: Optional[Mapping[str, torch.Tensor]] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """The critic on each agent's own (standardised if configured) observation: one row per agent."""
+        rows = self._preprocess_states(group, observations.flatten(0, 1))
+        predicted, outputs = self.critic(group, rows, inputs)
+        return predicted.unflatten(0, observations.shape[:2]), outputs

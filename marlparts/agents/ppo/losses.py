@@ -9,13 +9,13 @@ from marlparts.agents.common.losses import masked_mean_weights
 
 def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, entropy: torch.Tensor,
                predicted: torch.Tensor, targets: torch.Tensor, old_values: torch.Tensor, active: torch.Tensor,
-               cfg: Mapping, members: int = 0) -> Dict[str, torch.Tensor]:
+               cfg: Mapping, model_sets: int = 1) -> Dict[str, torch.Tensor]:
     """Clipped-surrogate policy loss, (clipped) value loss and entropy loss, each a mean over the active samples.
 
     All tensors have one row per sample; values are in the critic's (normalised) units; ``cfg`` holds
     ``ratio_clip``, ``entropy_loss_scale``, ``clip_predicted_values``, ``value_clip`` and ``value_loss_scale``.
-    With ``members`` (agents with models of their own, merged into one group), each loss is the mean
-    over the agents of each agent's own mean (see :func:`~marlparts.agents.common.losses.masked_mean`).
+    Each loss is the mean over the group's ``model_sets`` of each set's own mean (see
+    :func:`~marlparts.agents.common.losses.masked_mean`).
     Every tensor holds one value per sample (``(samples,)`` or ``(samples, 1)``).
     """
     samples = active.numel()
@@ -35,7 +35,7 @@ def ppo_losses(*, log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages
         value_error = torch.max(value_error, (clipped - targets).square())
     # the three masked means in one product and one sum (each column of ``terms`` one loss)
     with torch.no_grad():
-        weights = masked_mean_weights(active.reshape(-1, 1), members=members, dtype=log_prob.dtype)
+        weights = masked_mean_weights(active.reshape(-1, 1), model_sets=model_sets, dtype=log_prob.dtype)
         kl = ((ratio - 1.0 - log_ratio).reshape(-1, 1) * weights).sum()
     terms = torch.cat([surrogate.reshape(-1, 1), value_error.reshape(-1, 1), entropy.reshape(-1, 1)], dim=1)
     surrogate_mean, value_error_mean, entropy_mean = (terms * weights).sum(0).unbind()

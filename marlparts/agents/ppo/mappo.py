@@ -1,13 +1,13 @@
 """Multi-Agent PPO (Yu et al., 2022): decentralised policies, a centralised critic on the global state."""
 
-from typing import List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
 from marlparts.agents.common.trained_model import TrainedModel
+from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 
@@ -62,32 +62,32 @@ class MAPPO(MultiAgentPPO):
         return f" with cfg['agent_specific_values']={self.cfg['agent_specific_values']!r}"
 
     def critic_input_rows(self, record: TrainedModel) -> Union[torch.Tensor, List[torch.Tensor]]:
-        """The stored global states: one row per env copy and step (every group stores the same ones);
-        the same rows for each member of stacked critics.
+        """The stored global states: one row per env copy and step (every group stores the same ones), for
+        each critic of the group.
         """
         group = next(group for group in self.groups if group.trained["value"] is record)
-        rows = group.memory.get_tensor_by_name("states").flatten(0, 1)
-        return [rows] * group.size if "value" in group.stacked_roles else rows
+        states = group.memory.get_tensor_by_name("states")
+        rows = states.unsqueeze(2).expand(-1, -1, group.model_count("value"), -1)
+        return record.rows_per_model(rows, torch.ones(rows.shape[:3], dtype=torch.bool, device=rows.device))
 
-    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
-        """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state."""
+    def predict_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                       inputs: Optional[Mapping[str, torch.Tensor]] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """Critic outputs ``(batch, group size, 1)`` for the group's agents from the global state.
+
+        Each of the group's critics (one, or one per agent) reads the state of every env copy through its
+        own preprocessor; with ``"one_hot"`` each agent's row gets its one-hot id, and with ``"outputs"``
+        each agent takes its own output.
+        """
         mode = self.cfg["agent_specific_values"]
         batch, size = observations.shape[:2]
-        stacked = "value" in group.stacked_roles
-        if stacked or mode == "one_hot":  # the critic reads one row per agent
-            if stacked:  # each agent's own critic reads the state through its own preprocessor
-                rows = self._preprocess_states(group, states.unsqueeze(1).expand(batch, size, -1))
-            else:
-                rows = self._preprocess_states(group, states).unsqueeze(1).expand(batch, size, -1)
-            if mode == "one_hot":
-                one_hot = F.one_hot(group.agent_indexes.to(rows.device), len(self.possible_agents)).to(rows.dtype)
-                rows = torch.cat([rows, one_hot.expand(batch, size, -1)], dim=-1)
-            predicted = self.critic_act(group, rows.flatten(0, 1)).unflatten(0, (batch, size))
-            if mode == "outputs":  # each agent's own critic, one output per agent: the agent's own
-                return predicted.gather(-1, group.agent_indexes.to(predicted.device).view(1, size, 1).expand(batch, size, 1))
-            return predicted
-        states = self._preprocess_states(group, states)
-        predicted = self.critic_act(group, states)
-        if mode == "outputs":
-            return predicted[:, group.agent_indexes.to(predicted.device)].unsqueeze(-1)
-        return predicted.unsqueeze(1).expand(batch, size, 1)
+        critics = group.model_count("value")
+        rows = states.unsqueeze(1).expand(batch, critics, -1).flatten(0, 1)
+        rows = self._preprocess_states(group, rows).unflatten(0, (batch, critics))
+        if mode == "one_hot":  # one row per agent: its critic's view of the state, and its id
+            one_hot = F.one_hot(group.agent_indexes.to(rows.device), len(self.possible_agents)).to(rows.dtype)
+            rows = torch.cat([rows.expand(batch, size, -1), one_hot.expand(batch, size, -1)], dim=-1)
+        predicted, outputs = self.critic(group, rows.flatten(0, 1), inputs)
+        predicted = predicted.unflatten(0, rows.shape[:2]).expand(batch, size, -1)  # each agent its critic's output
+        if mode == "outputs":  # one output per agent: the agent's own
+            predicted = predicted.gather(-1, group.agent_indexes.to(predicted.device).view(1, size, 1).expand(batch, size, 1))
+        return predicted, outputs

@@ -6,9 +6,7 @@ import torch
 from torch import nn
 
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.common.stacking import StackedScaler, StackedTrainedModel
 from marlparts.agents.common.trained_model import TrainedModel
-from marlparts.resources.preprocessors import RunningStandardScaler
 
 
 class PPOPreprocessingMixin:
@@ -18,20 +16,12 @@ class PPOPreprocessingMixin:
     :class:`~marlparts.agents.ppo.core.MultiAgentPPO`, which provides ``critic_input_rows``.
     """
 
-    def _make_preprocessor(self, key: str, size: int, members: int = 0) -> Optional[nn.Module]:
-        """The preprocessor of ``cfg[key]`` for ``size`` features (None if not configured); with ``members``,
-        one per member of a stack, applied together by a :class:`StackedScaler`.
-        """
+    def _make_preprocessor(self, key: str, size: int, record: TrainedModel) -> Optional[nn.Module]:
+        """The preprocessor of ``cfg[key]`` for ``size`` features of ``record``'s model (None if not configured)."""
         preprocessor_class = self.cfg[key]
         if preprocessor_class is None:
             return None
-        if members:
-            if preprocessor_class is not RunningStandardScaler:
-                raise TypeError(f"cfg[{key!r}] = {preprocessor_class.__name__}: agents whose models are stacked use "
-                                "RunningStandardScaler; set cfg['stack_models'] = False for other preprocessors")
-            return StackedScaler([preprocessor_class(size, **self.cfg[f"{key}_kwargs"]).to(self.device)
-                                  for _ in range(members)])
-        return preprocessor_class(size, **self.cfg[f"{key}_kwargs"]).to(self.device)
+        return record.make_preprocessor(preprocessor_class, size, self.cfg[f"{key}_kwargs"], self.device)
 
     def observation_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
         """The preprocessor of the group's policy inputs (None if not configured)."""
@@ -70,17 +60,10 @@ class PPOPreprocessingMixin:
                         record.value_normaliser.update(self.record_rows(record, "returns"))
 
     def record_rows(self, record: TrainedModel, name: str) -> Union[torch.Tensor, List[torch.Tensor]]:
-        """The rows of stored tensor ``name`` at the active steps of the agents that use ``record``'s model;
-        for a stack (one merged group), one tensor per member, each agent's own rows.
+        """The rows of stored tensor ``name`` at the active steps of the agents that use ``record``'s model, as
+        its preprocessors take them in (:meth:`~marlparts.agents.common.trained_model.TrainedModel.rows_per_model`).
         """
-        groups = [group for group in self.groups if group.trained.get(record.role) is record]
-        if isinstance(record, StackedTrainedModel):
-            values = groups[0].memory.get_tensor_by_name(name)
-            active = groups[0].memory.get_tensor_by_name("active").squeeze(-1)
-            return [values[:, :, k][active[:, :, k]] for k in range(groups[0].size)]
-        return torch.cat([self._active_rows(group, name) for group in groups])
-
-    @staticmethod
-    def _active_rows(group: AgentGroup, name: str) -> torch.Tensor:
-        """The rows of stored tensor ``name`` (with an agent axis) at the group's active steps."""
-        return group.memory.get_tensor_by_name(name)[group.memory.get_tensor_by_name("active").squeeze(-1)]
+        rows = [record.rows_per_model(group.memory.get_tensor_by_name(name),
+                                      group.memory.get_tensor_by_name("active").squeeze(-1))
+                for group in self.groups if group.trained.get(record.role) is record]
+        return rows[0] if len(rows) == 1 else torch.cat(rows)

@@ -1,40 +1,55 @@
-"""Recurrent models in the PPO family: hidden states through collection, and training on chunks of
-consecutive steps from the stored initial hidden states.
+"""Recurrent MAPPO and IPPO: hidden states through collection, and training on chunks of consecutive steps
+from the stored initial hidden states.
 
-:class:`RecurrentPPOMixin` is part of :class:`~marlparts.agents.MultiAgentPPO`; with feed-forward
-models (``cfg["sequence_length"] = 0``) none of it runs.
+:class:`RecurrentPPOMixin` holds what recurrence adds to the PPO core; :class:`RecurrentMAPPO` and
+:class:`RecurrentIPPO` put it in front of :class:`~marlparts.agents.ppo.mappo.MAPPO` and
+:class:`~marlparts.agents.ppo.ippo.IPPO`. The hidden state of a model is always passed to it in its inputs
+(``inputs["hidden"]``, one row per row the model reads) and read back from its outputs.
 """
 
-import contextlib
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.hidden_states import HiddenStates, episode_starts, reset_rows
+from marlparts.agents.ppo.ippo import IPPO, IPPO_DEFAULT_CONFIG
+from marlparts.agents.ppo.losses import ppo_losses
+from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.models.recurrent import is_recurrent
+from marlparts.utils.config import Config
+
+RECURRENT_MAPPO_DEFAULT_CONFIG: Config = MAPPO_DEFAULT_CONFIG.copy()
+RECURRENT_MAPPO_DEFAULT_CONFIG["sequence_length"] = 10  # steps per training chunk (a divisor of cfg["rollouts"])
+RECURRENT_IPPO_DEFAULT_CONFIG: Config = IPPO_DEFAULT_CONFIG.copy()
+RECURRENT_IPPO_DEFAULT_CONFIG["sequence_length"] = 10
 
 
 class RecurrentPPOMixin:
     """Hidden states of recurrent policies and critics, kept per group and role (``group.hidden``).
 
     During collection the hidden state a model reads at each step is stored with the step
-    (``policy_hidden``, ``value_hidden``), together with where it started afresh (``starts``: a
-    new episode, or an inactive agent, whose state stays at zero; ``copy_starts`` for critics that
-    read one row per env copy). The update cuts the rollout into chunks of
-    ``cfg["sequence_length"]`` consecutive steps; minibatches are made of whole chunks (all
-    agents of a group together), and each chunk is replayed step by step from its stored initial
-    hidden state, zeroed again where an episode started inside the chunk.
+    (``policy_hidden``, ``value_hidden``), together with where it started afresh (``starts``: a new
+    episode, or an inactive agent, whose state stays at zero; ``copy_starts``: a new episode of the env
+    copy). The critic's rows start afresh as :meth:`critic_row_starts` says: a row that reads an agent's
+    own view starts with the agent, a row that reads the global state with the copy's episode. The
+    update cuts the rollout into chunks of ``cfg["sequence_length"]`` consecutive steps; minibatches are
+    made of whole chunks (all agents of a group together), and each chunk is replayed step by step from
+    its stored initial hidden states, zeroed again where an episode started inside the chunk.
+
+    Models that are not recurrent (a feed-forward critic beside a recurrent policy, say) run as in the
+    feed-forward algorithm.
     """
 
-    sequence_length: int = 0
-    _critic_context: Optional[Tuple[AgentGroup, Callable[[int], torch.Tensor], List[torch.Tensor]]] = None
+    SUPPORTS_SEQUENCES = True
 
-    def _prepare_recurrence(self) -> None:
-        """Check the sequence settings and give each recurrent model of each group its hidden states."""
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         self.sequence_length = int(self.cfg["sequence_length"])
-        recurrent = []
+        rollouts, length = self.cfg["rollouts"], self.sequence_length
+        if length < 1 or rollouts % length:
+            raise ValueError(f"cfg['sequence_length'] is {length} but cfg['rollouts'] is {rollouts}: the rollout is cut "
+                             "into whole chunks of consecutive steps, so the chunk length must divide the rollout length")
         for group in self.groups:
             for role in ("policy", "value"):
                 model = group.models[role]
@@ -42,117 +57,117 @@ class RecurrentPPOMixin:
                     if int(getattr(model, "hidden_size", 0)) < 1:
                         raise ValueError(f"models[{group.uids[0]!r}][{role!r}] is recurrent but sets no hidden_size")
                     group.hidden[role] = HiddenStates(model.hidden_size)
-                    recurrent.append(f"models[{group.uids[0]!r}][{role!r}]")
-        rollouts, length = self.cfg["rollouts"], self.sequence_length
-        if recurrent and length < 1:
-            raise ValueError(f"{', '.join(recurrent)} are recurrent: set cfg['sequence_length'] (the length of the chunks "
-                             "of consecutive steps the update trains on) to a divisor of cfg['rollouts']")
-        if length > rollouts or (length and rollouts % length):
-            raise ValueError(f"cfg['sequence_length'] is {length} but cfg['rollouts'] is {rollouts}: the rollout is cut "
-                             "into whole chunks, so the chunk length must divide the rollout length")
         self._fresh_start = True  # every hidden state starts at zero at the first training step
 
-    def _recurrent(self, group: AgentGroup) -> bool:
-        return bool(group.hidden)
+    def critic_row_starts(self, group: AgentGroup, agent_starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
+        """``(batch, critic rows per copy)`` bool: which rows of the group's critic start afresh, from
+        ``agent_starts`` ``(batch, group)`` and ``copy_starts`` ``(batch,)``.
+        """
+        raise NotImplementedError
 
+    def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
+        """As the feed-forward algorithm, and the tensors of the hidden states and their starts."""
+        super().init(trainer_cfg)
+        for group in self.groups:
+            group.memory.create_tensor("starts", (group.size,), dtype=torch.bool)
+            group.memory.create_tensor("copy_starts", (1,), dtype=torch.bool)
+            if "policy" in group.hidden:
+                group.memory.create_tensor("policy_hidden", (group.size, group.hidden["policy"].hidden_size))
+
+    # ----------------------------------------------------------------------------- collection
     def _starts(self, group: AgentGroup, infos: Optional[Mapping[str, Any]], batch: int,
                 device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(starts (batch, group), copy_starts (batch,))`` of the step about to be taken."""
-        starts = episode_starts(infos, group, batch, device)
-        episode_end = (infos or {}).get("episode_end")
-        copy_starts = (episode_end.reshape(batch).bool().to(device) if episode_end is not None
-                       else torch.zeros(batch, dtype=torch.bool, device=device))
+        """``(agent_starts (batch, group), copy_starts (batch,))`` of the step about to be taken."""
+        agent_starts, copy_starts = episode_starts(infos, group, batch, device)
         if self.training and self._fresh_start:
-            starts, copy_starts = torch.ones_like(starts), torch.ones_like(copy_starts)
-        return starts, copy_starts
+            agent_starts, copy_starts = torch.ones_like(agent_starts), torch.ones_like(copy_starts)
+        return agent_starts, copy_starts
 
-    @contextlib.contextmanager
-    def _critic_hidden(self, group: AgentGroup, hidden_for: Callable[[int], torch.Tensor]) -> Iterator[List[torch.Tensor]]:
-        """While open, :meth:`critic_act` of ``group`` reads ``hidden_for(rows)`` and collects the hidden
-        states the critic returns into the yielded list.
+    def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
+            timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
+        """As the feed-forward algorithm; the policies read and advance their hidden states."""
+        actions = super().act(observations, states, infos, timestep, timesteps)
+        if self.training:
+            self._fresh_start = False
+        return actions
+
+    def policy_act(self, group: AgentGroup, inputs: Dict[str, torch.Tensor],
+                   infos: Mapping[str, Any]) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, Any]]:
+        """The group's policy on one step, its hidden state in ``inputs["hidden"]``; the starts of the step
+        are kept for :meth:`step_samples`.
         """
-        returned: List[torch.Tensor] = []
-        self._critic_context = (group, hidden_for, returned) if "value" in group.hidden else None
-        try:
-            yield returned
-        finally:
-            self._critic_context = None
+        batch = inputs["observations"].shape[0] // group.size
+        agent_starts, copy_starts = self._starts(group, infos, batch, inputs["observations"].device)
+        if self.training:
+            group.cache["starts"], group.cache["copy_starts"] = agent_starts, copy_starts
+        memory = group.hidden.get("policy")
+        if memory is not None:
+            inputs = {**inputs, "hidden": memory.take(agent_starts, self.training)}
+            if self.training:
+                group.cache["policy_hidden"] = inputs["hidden"].unflatten(0, (batch, group.size))
+        actions, log_prob, outputs = super().policy_act(group, inputs, infos)
+        if memory is not None:
+            memory.keep(outputs["hidden"], self.training)
+        return actions, log_prob, outputs
 
-    def critic_act(self, group: AgentGroup, rows: torch.Tensor) -> torch.Tensor:
-        """Run the group's critic on ``rows`` ``(rows, features)``: with its hidden state when it is recurrent."""
-        inputs = {"observations": rows}
-        context = self._critic_context
-        if context is not None and context[0] is group:
-            inputs["hidden"] = context[1](rows.shape[0])
-        output, _, outputs = group.models["value"].act(inputs, role="value")
-        if context is not None and context[0] is group:
-            context[2].append(outputs["hidden"])
-        return output
+    def step_samples(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                     **step: Any) -> Dict[str, torch.Tensor]:
+        """As the feed-forward algorithm, with the hidden states and starts of the step. A recurrent critic values
+        the step first, advancing its hidden state over the step's observation: the values of the episodes that
+        ended at this step (their final observations) are then read from the state that has seen it.
+        """
+        values = self._collection_values(group, observations, states) if "value" in group.hidden else None
+        samples = super().step_samples(group, observations, states, **step)
+        samples["starts"] = group.cache["starts"]
+        samples["copy_starts"] = group.cache["copy_starts"].unsqueeze(-1)
+        if "policy" in group.hidden:
+            samples["policy_hidden"] = group.cache["policy_hidden"]
+        if values is not None:
+            samples["values"] = values
+            group.memory.create_tensor("value_hidden", group.cache["value_hidden"].shape[1:])
+            samples["value_hidden"] = group.cache["value_hidden"]
+        return samples
 
     def _collection_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """``V(s_t)`` in return units at a collected step by the group's recurrent critic, its state advanced
-        and stored (a feed-forward critic values the whole rollout at the update instead).
+        and the state it read kept for :meth:`step_samples`.
         """
         memory = group.hidden["value"]
-        starts, copy_starts = group.cache["starts"], group.cache["copy_starts"]
-        used: List[torch.Tensor] = []
-
-        def hidden_for(rows: int) -> torch.Tensor:
-            used.append(memory.take(rows, True, starts, copy_starts))
-            return used[-1]
-
-        with self._critic_hidden(group, hidden_for) as returned:
-            values = self._values(group, observations, states)
-        memory.keep(returned[-1], True)
-        group.cache["value_hidden"] = used[-1].unflatten(0, (observations.shape[0], -1))
+        hidden = memory.take(self.critic_row_starts(group, group.cache["starts"], group.cache["copy_starts"]), True)
+        values, outputs = self._values(group, observations, states, {"hidden": hidden})
+        memory.keep(outputs["hidden"], True)
+        group.cache["value_hidden"] = hidden.unflatten(0, (observations.shape[0], -1))
         return values
 
-    def _values_after_step(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
-                           infos: Optional[Mapping[str, Any]], *, reset: bool) -> torch.Tensor:
-        """Values in return units of observations that follow the last collected step (final observations
-        with ``reset=False``; the next step's with ``reset=True``), the recurrent critic's state left as it is.
+    def final_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
+        """Values of the final observations of the episodes that ended at this step: a recurrent critic reads them
+        from the hidden state that has seen the step's observation (no row starts afresh).
         """
         memory = group.hidden.get("value")
         if memory is None:
-            return self._values(group, observations, states)
-        batch = observations.shape[0]
-        if reset:
-            starts, copy_starts = self._starts(group, infos, batch, observations.device)
-        else:
-            starts = torch.zeros(batch, group.size, dtype=torch.bool, device=observations.device)
-            copy_starts = starts[:, 0]
-        with self._critic_hidden(group, lambda rows: memory.take(rows, True, starts, copy_starts)):
-            return self._values(group, observations, states)
+            return super().final_values(group, observations, states)
+        batch, device = observations.shape[0], observations.device
+        starts = self.critic_row_starts(group, torch.zeros(batch, group.size, dtype=torch.bool, device=device),
+                                        torch.zeros(batch, dtype=torch.bool, device=device))
+        return self._values(group, observations, states, {"hidden": memory.take(starts, True)})[0]
 
-    def _recurrent_policy_step(self, group: AgentGroup, inputs: Dict[str, torch.Tensor], batch: int,
-                               infos: Optional[Mapping[str, Any]], device: torch.device) -> None:
-        """Before a policy step: the starts of this step (cached in training) and the policy's hidden state."""
-        starts, copy_starts = self._starts(group, infos, batch, device)
-        if self.training:
-            group.cache["starts"], group.cache["copy_starts"] = starts, copy_starts
-        memory = group.hidden.get("policy")
-        if memory is not None:
-            inputs["hidden"] = memory.take(batch * group.size, self.training, starts, copy_starts)
-            if self.training:
-                group.cache["policy_hidden"] = inputs["hidden"].unflatten(0, (batch, group.size))
+    def next_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
+                    infos: Optional[Mapping[str, Any]]) -> torch.Tensor:
+        """Values of the observations after the last collected step, from the critic's hidden state (zeroed where
+        those observations start an episode), which is left as it is.
+        """
+        memory = group.hidden.get("value")
+        if memory is None:
+            return super().next_values(group, observations, states, infos)
+        agent_starts, copy_starts = self._starts(group, infos, observations.shape[0], observations.device)
+        hidden = memory.take(self.critic_row_starts(group, agent_starts, copy_starts), True)
+        return self._values(group, observations, states, {"hidden": hidden})[0]
 
-    def _create_recurrent_tensors(self, group: AgentGroup) -> None:
-        memory = group.memory
-        memory.create_tensor("starts", (group.size,), dtype=torch.bool)
-        memory.create_tensor("copy_starts", (1,), dtype=torch.bool)
-        if "policy" in group.hidden:
-            memory.create_tensor("policy_hidden", (group.size, group.hidden["policy"].hidden_size))
-
-    def _recurrent_samples(self, group: AgentGroup) -> Dict[str, torch.Tensor]:
-        """What a collected step stores for the recurrent models of ``group``."""
-        samples = {"starts": group.cache["starts"], "copy_starts": group.cache["copy_starts"].unsqueeze(-1)}
-        if "policy" in group.hidden:
-            samples["policy_hidden"] = group.cache["policy_hidden"]
+    def rollout_values(self, group: AgentGroup) -> torch.Tensor:
+        """The values a recurrent critic gave each step as it was collected (a feed-forward one values them now)."""
         if "value" in group.hidden:
-            hidden = group.cache["value_hidden"]
-            group.memory.create_tensor("value_hidden", hidden.shape[1:])
-            samples["value_hidden"] = hidden
-        return samples
+            return group.memory.get_tensor_by_name("values")
+        return super().rollout_values(group)
 
     def forget_hidden_states(self, training: Optional[bool] = None) -> None:
         """Forget the hidden states (of training, of evaluation, or both): the next step starts afresh."""
@@ -162,8 +177,19 @@ class RecurrentPPOMixin:
         if training is None or training:
             self._fresh_start = True
 
+    def cut_episodes(self) -> None:
+        """As the feed-forward algorithm; the next training episodes start from fresh hidden states."""
+        super().cut_episodes()
+        self.forget_hidden_states(training=True)
+
+    def set_mode(self, mode: str) -> None:
+        """As the feed-forward algorithm; entering evaluation also starts its hidden states afresh."""
+        super().set_mode(mode)
+        if mode == "eval":
+            self.forget_hidden_states(training=False)
+
     # ----------------------------------------------------------------------------- update on chunks
-    def chunk_minibatches(self) -> List[torch.Tensor]:
+    def minibatch_indexes(self) -> List[torch.Tensor]:
         """Minibatches of chunk indexes: ``(rollouts / sequence_length) × num_envs`` chunks, shuffled."""
         memory = self.groups[0].memory
         chunks = memory.memory_size // self.sequence_length * memory.num_envs
@@ -172,7 +198,7 @@ class RecurrentPPOMixin:
                              "chunks of cfg['sequence_length'] steps")
         return list(torch.randperm(chunks, device=memory.device).tensor_split(self.cfg["mini_batches"]))
 
-    def sequence_losses(self, group: AgentGroup, chunks: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def group_losses(self, group: AgentGroup, chunks: torch.Tensor) -> Dict[str, torch.Tensor]:
         """The PPO losses of ``group`` on the chunks ``chunks``, each replayed from its stored hidden states."""
         names = ["observations", "actions", "log_prob", "old_values", "value_targets", "advantages", "active",
                  "starts", "copy_starts"]
@@ -181,36 +207,66 @@ class RecurrentPPOMixin:
         names += [f"{role}_hidden" for role in ("policy", "value") if role in group.hidden]
         batch = dict(zip(names, group.memory.chunks_by_index(names, chunks, self.sequence_length)))  # (n, L, ...)
         count, length = batch["observations"].shape[:2]
-        policy = group.models["policy"]
+        states = batch.get("states")
         policy_hidden = batch["policy_hidden"][:, 0].flatten(0, 1) if "policy" in group.hidden else None
         value_hidden = batch["value_hidden"][:, 0].flatten(0, 1) if "value" in group.hidden else None
         log_probs, entropies, predictions = [], [], []
         for step in range(length):
-            starts, copy_starts = batch["starts"][:, step], batch["copy_starts"][:, step, 0]
+            agent_starts, copy_starts = batch["starts"][:, step], batch["copy_starts"][:, step, 0]
             inputs = {"observations": self._policy_inputs(group, batch["observations"][:, step]),
                       "taken_actions": batch["actions"][:, step].flatten(0, 1)}
             if self._has_action_mask:
                 inputs["action_mask"] = batch["action_mask"][:, step].flatten(0, 1)
             if policy_hidden is not None:
-                inputs["hidden"] = reset_rows(policy_hidden, starts, copy_starts)
-            _, log_prob, outputs = policy.act(inputs, role="policy")
+                inputs["hidden"] = reset_rows(policy_hidden, agent_starts)
+            _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
             if policy_hidden is not None:
                 policy_hidden = outputs["hidden"]
             log_probs.append(log_prob.unflatten(0, (count, group.size)))
             entropies.append(outputs["entropy"].unflatten(0, (count, group.size)))
             if value_hidden is not None:
-                hidden = reset_rows(value_hidden, starts, copy_starts)
-                with self._critic_hidden(group, lambda rows, hidden=hidden: hidden) as returned:
-                    predictions.append(self.predict_values(group, batch["observations"][:, step],
-                                                           batch["states"][:, step] if self.USES_STATE else None))
-                value_hidden = returned[-1]
+                hidden = reset_rows(value_hidden, self.critic_row_starts(group, agent_starts, copy_starts))
+                predicted, outputs = self.predict_values(group, batch["observations"][:, step],
+                                                         states[:, step] if states is not None else None,
+                                                         {"hidden": hidden})
+                predictions.append(predicted)
+                value_hidden = outputs["hidden"]
         if value_hidden is None:  # a feed-forward critic reads every step of every chunk at once
-            states = batch["states"].flatten(0, 1) if self.USES_STATE else None
-            predicted = self.predict_values(group, batch["observations"].flatten(0, 1), states).unflatten(0, (count, length))
+            predicted, _ = self.predict_values(group, batch["observations"].flatten(0, 1),
+                                               states.flatten(0, 1) if states is not None else None)
+            predicted = predicted.unflatten(0, (count, length))
         else:
             predicted = torch.stack(predictions, dim=1)
         return ppo_losses(log_prob=torch.stack(log_probs, dim=1).flatten(0, 2),
                           old_log_prob=batch["log_prob"].flatten(0, 2), advantages=batch["advantages"].flatten(0, 2),
                           entropy=torch.stack(entropies, dim=1).flatten(0, 2), predicted=predicted.flatten(0, 2),
                           targets=batch["value_targets"].flatten(0, 2), old_values=batch["old_values"].flatten(0, 2),
-                          active=batch["active"].flatten(0, 2), cfg=group.cfg)
+                          active=batch["active"].flatten(0, 2), cfg=group.cfg, model_sets=group.model_sets)
+
+
+class RecurrentMAPPO(RecurrentPPOMixin, MAPPO):
+    """MAPPO with recurrent policies and/or critics (:class:`~marlparts.models.RecurrentMixin` models), trained
+    on chunks of ``cfg["sequence_length"]`` consecutive steps. See :class:`RecurrentPPOMixin`.
+    """
+
+    DEFAULT_CONFIG = RECURRENT_MAPPO_DEFAULT_CONFIG
+
+    def critic_row_starts(self, group: AgentGroup, agent_starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
+        """With ``"one_hot"`` the critic reads one row per agent, which starts with the agent; otherwise each critic
+        reads the global state of the env copy, whose row starts with the copy's episode only.
+        """
+        if self.cfg["agent_specific_values"] == "one_hot":
+            return agent_starts
+        return copy_starts.unsqueeze(1).expand(-1, group.model_count("value"))
+
+
+class RecurrentIPPO(RecurrentPPOMixin, IPPO):
+    """IPPO with recurrent policies and/or critics, trained on chunks of ``cfg["sequence_length"]`` consecutive
+    steps. See :class:`RecurrentPPOMixin`.
+    """
+
+    DEFAULT_CONFIG = RECURRENT_IPPO_DEFAULT_CONFIG
+
+    def critic_row_starts(self, group: AgentGroup, agent_starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
+        """Each critic row reads one agent's observation: it starts with the agent."""
+        return agent_starts

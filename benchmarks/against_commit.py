@@ -1,20 +1,29 @@
-"""The one-copy "same work" MAPPO configuration, timed on this checkout and on an earlier commit, alternately.
+"""A training workload timed on this checkout and on an earlier commit, alternately.
 
-    python benchmarks/same_work_against_commit.py --commit d0fc4ec --rounds 5 \\
+    python benchmarks/against_commit.py --workload same_work --commit 49fc192 --rounds 5 \\
         --output benchmarks/results/same_work_against_commit.json
+    python benchmarks/against_commit.py --workload mappo_example --commit 49fc192 --rounds 5 \\
+        --output benchmarks/results/mappo_example_against_commit.json
 
-The configuration is the one of a library that steps one env copy: simple_spread (3 agents, discrete
-actions), each agent its own policy and critic (no sharing), rollouts of 125 steps, 10 epochs of 4
-minibatches. Speeds drift on a shared machine, so the two versions are timed in alternating rounds, each
-round a fresh process per version (the earlier commit is checked out into a temporary git worktree and
-put first on ``PYTHONPATH``); each process also times env-only stepping of one copy beside its training,
-so every rate comes with its ratio to env-only. The figures (per round and medians) go to ``--output``.
+Two workloads:
+
+- ``same_work``: the configuration of a library that steps one env copy: simple_spread (3 agents,
+  discrete actions), each agent its own policy and critic (no sharing), rollouts of 125 steps, 10
+  epochs of 4 minibatches. Each process also times env-only stepping of one copy beside its
+  training, so every rate comes with its ratio to env-only.
+- ``mappo_example``: each version's own ``examples/mpe/simple_spread_mappo.py`` (64 copies, shared
+  policy, centralised critic) for ``--example-steps`` env steps; the rate is the one it prints.
+
+Speeds drift on a shared machine, so the two versions are timed in alternating rounds, each round a
+fresh process per version (the earlier commit is checked out into a temporary git worktree and put
+first on ``PYTHONPATH``). The figures (per round and medians) go to ``--output``.
 """
 
 import argparse
 import json
 import os
 import pathlib
+import re
 import statistics
 import subprocess
 import sys
@@ -22,6 +31,7 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+TRAINED = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+) s")
 
 
 def measure(chunks: int, chunk_steps: int) -> dict:
@@ -102,7 +112,14 @@ def measure(chunks: int, chunk_steps: int) -> dict:
 
 def run_version(source: pathlib.Path, args: argparse.Namespace) -> dict:
     """One measuring process with ``source``'s ``marlparts`` first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    if args.workload == "mappo_example":
+        with tempfile.TemporaryDirectory() as directory:
+            command = [sys.executable, "examples/mpe/simple_spread_mappo.py", "--timesteps", str(args.example_steps),
+                       "--episodes", "4", "--directory", directory]
+            output = subprocess.run(command, env=env, cwd=source, check=True, capture_output=True, text=True).stdout
+        steps, seconds = TRAINED.search(output).groups()
+        return {"training_steps_per_s": int(steps) / float(seconds)}
     command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure",
                "--chunks", str(args.chunks), "--chunk-steps", str(args.chunk_steps)]
     output = subprocess.run(command, env=env, cwd=source, check=True, capture_output=True, text=True).stdout
@@ -113,6 +130,8 @@ def main() -> None:
     """Alternate the two versions for ``--rounds`` rounds and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", help="the earlier commit to time against this checkout")
+    parser.add_argument("--workload", choices=["same_work", "mappo_example"], default="same_work")
+    parser.add_argument("--example-steps", type=int, default=64000, help="env steps of each run of the MAPPO example")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=4, help="timed chunks per process")
     parser.add_argument("--chunk-steps", type=int, default=500, help="env steps per chunk (whole rollouts of 125)")
@@ -126,7 +145,10 @@ def main() -> None:
         parser.error("--commit and --output are needed")
     report = {"commit": args.commit, "checkout": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                                                   capture_output=True, text=True).stdout.strip(),
-              "config": "simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches",
+              "workload": args.workload,
+              "config": ("simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches"
+                         if args.workload == "same_work" else
+                         f"examples/mpe/simple_spread_mappo.py of each version, {args.example_steps} env steps"),
               "rounds": []}
     with tempfile.TemporaryDirectory() as folder:
         earlier = pathlib.Path(folder) / "earlier"
@@ -141,7 +163,7 @@ def main() -> None:
             subprocess.run(["git", "worktree", "remove", "--force", str(earlier)], cwd=ROOT, capture_output=True)
     summary = {}
     for version in ("earlier", "now"):
-        for key in ("training_steps_per_s", "env_only_steps_per_s", "training_over_env_only"):
+        for key in report["rounds"][0][version]:
             summary[f"{version}_{key}"] = statistics.median(row[version][key] for row in report["rounds"])
     summary["now_over_earlier"] = statistics.median(row["now"]["training_steps_per_s"] / row["earlier"]["training_steps_per_s"]
                                                     for row in report["rounds"])
