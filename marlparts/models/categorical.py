@@ -12,28 +12,34 @@ class CategoricalMixin:
     ``inputs["action_mask"]`` (bool, ``True`` = allowed), when given, removes forbidden actions.
     ``inputs["taken_actions"]``, when given, makes :meth:`act` return the log-probability of
     those actions instead of sampling. ``outputs`` holds ``mean_actions`` (the argmax),
-    ``entropy`` and ``logits``.
+    ``entropy`` and ``logits``. Actions are drawn by ``torch.multinomial`` from the normalised
+    probabilities, which refuses probabilities that are NaN or infinite with a clear error.
     """
 
     def act(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, torch.Tensor, Dict]:
         """Return ``(actions (batch, 1) int64, log_prob (batch, 1), outputs)``."""
-        distribution, outputs = self._distribution_and_outputs(inputs, role)
+        logits, outputs = self._masked_logits(inputs, role)
+        log_probs = torch.log_softmax(logits, dim=-1)
+        probs = log_probs.exp()
         taken = inputs.get("taken_actions")
-        actions = distribution.sample().unsqueeze(-1) if taken is None else taken.long()
-        outputs["entropy"] = distribution.entropy().unsqueeze(-1)
-        return actions, distribution.log_prob(actions.squeeze(-1)).unsqueeze(-1), outputs
+        if taken is None:
+            actions = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1).reshape(probs.shape[:-1] + (1,))
+        else:
+            actions = taken.long()
+        outputs["mean_actions"] = logits.argmax(dim=-1, keepdim=True)
+        outputs["entropy"] = -(probs * log_probs).sum(dim=-1, keepdim=True)
+        return actions, log_probs.gather(-1, actions), outputs
 
-    def _distribution_and_outputs(self, inputs: Mapping[str, torch.Tensor], role: str) -> Tuple[Categorical, Dict]:
+    def _masked_logits(self, inputs: Mapping[str, torch.Tensor], role: str) -> Tuple[torch.Tensor, Dict]:
+        """The logits of ``compute`` with forbidden actions at the lowest float, and the outputs holding them."""
         logits, outputs = self.compute(inputs, role)
         mask = inputs.get("action_mask")
         if mask is not None:
             logits = logits.masked_fill(~mask.bool(), torch.finfo(logits.dtype).min)
         outputs = dict(outputs)
         outputs["logits"] = logits
-        outputs["mean_actions"] = logits.argmax(dim=-1, keepdim=True)
-        # sampling (torch.multinomial) refuses probabilities that are NaN or infinite with a clear error
-        return Categorical(logits=logits, validate_args=False), outputs
+        return logits, outputs
 
     def distribution(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Categorical:
         """The policy's ``torch.distributions.Categorical`` for ``inputs`` (masks applied)."""
-        return self._distribution_and_outputs(inputs, role)[0]
+        return Categorical(logits=self._masked_logits(inputs, role)[0])

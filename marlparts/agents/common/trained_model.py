@@ -76,7 +76,7 @@ class TrainedModel:
 
     def zero_gradients(self) -> None:
         """Forget the gradients of the trained parameters."""
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
 
     def clip_gradients(self) -> None:
         """Scale the gradient of the trained parameters to norm at most ``grad_norm_clip`` (0: no clipping)."""

@@ -31,7 +31,7 @@ OFF_POLICY_DEFAULT_CONFIG: Config = Config({
     "polyak": 0.01,                    # soft update factor of the target networks (1.0: copy)
     "target_update_interval": 1,       # gradient steps between target updates (e.g. 200 with polyak 1.0: hard updates)
     "optimizer": torch.optim.Adam,       # the torch.optim class of every trained model
-    "optimizer_kwargs": {},               # its keyword arguments besides the learning rate
+    "optimizer_kwargs": {"fused": True},  # its keyword arguments besides the learning rate (fused: one kernel a step)
     "grad_norm_clip": 0.5,             # per model; 0 disables clipping (per agent allowed)
     "observation_preprocessor": None,  # applied to every agent's observations, e.g. RunningStandardScaler
     "observation_preprocessor_kwargs": {},

@@ -31,7 +31,7 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "gae_lambda": 0.95,                   # GAE lambda (per agent allowed)
     "learning_rate": 7e-4,                # Adam learning rate (per agent allowed)
     "optimizer": torch.optim.Adam,       # the torch.optim class of every trained model
-    "optimizer_kwargs": {},               # its keyword arguments besides the learning rate
+    "optimizer_kwargs": {"fused": True},  # its keyword arguments besides the learning rate (fused: one kernel a step)
     "learning_rate_scheduler": None,      # e.g. KLAdaptiveLR
     "learning_rate_scheduler_kwargs": {},
     "observation_preprocessor": None,     # applied to policy inputs, e.g. RunningStandardScaler
