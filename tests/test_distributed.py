@@ -20,26 +20,31 @@ def ranks(out):
     return [torch.load(out / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
 
 
-@pytest.mark.parametrize("algorithm", ["mappo", "maddpg"])
-def test_two_ranks_keep_identical_parameters_and_statistics(tmp_path, algorithm):
-    done = torchrun(tmp_path, "--algorithm", algorithm)
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, second = ranks(tmp_path)
+def assert_identical_ranks(out):
+    first, second = ranks(out)
     assert first["world_size"] == second["world_size"] == 2
     for name in first["parts"]:  # models, targets, preprocessors, value normalisers
         assert all(torch.equal(a, b) for a, b in zip(first["parts"][name], second["parts"][name])), name
     assert not set(first["copy_seeds"]) & set(second["copy_seeds"]), "the ranks' env copies share seed streams"
     assert first["episodes"] == 32 and first["mean_return"] == second["mean_return"]  # every rank's episodes, reported alike
+    return first
 
 
-def test_two_ranks_learn_and_only_rank_0_writes(tmp_path):
+def test_two_ranks_learn_keep_identical_parameters_and_statistics_and_only_rank_0_writes(tmp_path):
+    """MAPPO: one torchrun serves all three checks (each start of two ranks costs seconds)."""
     done = torchrun(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    first, _ = ranks(tmp_path)
+    first = assert_identical_ranks(tmp_path)
     # each step rewards the action (0..3): random actions score 7.5 per 5-step episode, the best policy 15
     assert first["mean_return_before"] < 12 and first["mean_return"] >= 14.5
     folder = tmp_path / "runs" / "run"
     assert (folder / "evaluation.json").exists() and len(list(folder.glob("events.out.tfevents.*"))) == 1
+
+
+def test_two_maddpg_ranks_keep_identical_parameters_and_statistics(tmp_path):
+    done = torchrun(tmp_path, "--algorithm", "maddpg")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_identical_ranks(tmp_path)
 
 
 def test_ranks_with_different_spaces_are_a_clear_error(tmp_path):

@@ -13,7 +13,7 @@ def test_readme_quick_start_runs_as_written(tmp_path):
     script = tmp_path / "quick_start.py"
     script.write_text(blocks[0])
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
+                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'mean_return':" in done.stdout and "'episodes': 20" in done.stdout
     assert list((tmp_path / "runs" / "spread").glob("*/events.out.tfevents.*"))

@@ -17,7 +17,7 @@ def run_example(name, *arguments):
 
 @pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
 def test_example_runs_as_it_stands(name, tmp_path):
-    output = run_example(name, "--timesteps", 3200, "--num-envs", 8, "--workers", 2, "--seed", 1,
+    output = run_example(name, "--timesteps", 1600, "--num-envs", 8, "--workers", 2, "--seed", 1,
                          "--directory", tmp_path)
     assert "greedy evaluation over 100 episodes: mean return" in output
     checkpoints = list(tmp_path.glob("*/checkpoints/final_agent.pt"))
@@ -32,12 +32,12 @@ def test_off_policy_example_runs_as_it_stands(name, tmp_path):
 
 def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path):
     common = ("--num-envs", 8, "--episodes", 16, "--directory", tmp_path)
-    run_example("simple_spread_mappo", "--timesteps", 1600, *common)
+    run_example("simple_spread_mappo", "--timesteps", 800, *common)
     (first,) = tmp_path.glob("*/checkpoints/final_agent.pt")
-    resumed = run_example("simple_spread_mappo", "--timesteps", 1600, "--checkpoint", first, *common)
+    resumed = run_example("simple_spread_mappo", "--timesteps", 800, "--checkpoint", first, *common)
     assert len(list(tmp_path.iterdir())) == 1, "the resumed run writes into the same experiment folder"
     state = torch.load(first, weights_only=True)  # overwritten by the resumed run's final checkpoint
-    assert state["counters"]["timestep"] == 400  # 2 x 1600 env steps over 8 copies
+    assert state["counters"]["timestep"] == 200  # 2 x 800 env steps over 8 copies
     assert "greedy evaluation over 16 episodes" in resumed
     evaluated = run_example("simple_spread_mappo", "--eval", "--checkpoint", first, *common)
     assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated
@@ -97,7 +97,7 @@ def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(nam
 
 
 def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path):
-    output = run_example("simple_speaker_listener_mappo", "--timesteps", 3200, "--num-envs", 8, "--episodes", 8,
+    output = run_example("simple_speaker_listener_mappo", "--timesteps", 1600, "--num-envs", 8, "--episodes", 8,
                          "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert "speaker_0" in output and "listener_0" in output and "(random " in output
@@ -106,7 +106,7 @@ def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path):
 @pytest.mark.parametrize("name", ["knights_archers_zombies_mappo", "knights_archers_zombies_ippo"])
 def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
-    common = ("--num-envs", 4, "--episodes", 4, "--directory", tmp_path)
+    common = ("--num-envs", 4, "--episodes", 2, "--directory", tmp_path)  # episodes of up to 300 steps
 
     def run(*arguments):
         done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
@@ -118,4 +118,4 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
     assert "trained 1024 env steps" in trained and "zombies killed per agent" in trained and "(random actions:" in trained
     (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
     evaluated = run("--eval", "--checkpoint", checkpoint, *common)
-    assert "trained" not in evaluated and "greedy evaluation over 4 episodes" in evaluated
+    assert "trained" not in evaluated and "greedy evaluation over 2 episodes" in evaluated

@@ -65,7 +65,8 @@ def test_masac_learns_a_continuous_reward_and_tunes_its_temperature():
     env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=8, seed=0)
     agent = build(env)
     before = agent.alpha(agent.groups[0]).item()
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 800, "disable_progressbar": True})
+    # 4.2 to 4.4 from 300 steps on (4.38 at 800)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 500, "disable_progressbar": True})
     trainer.train()
     assert trainer.eval(episodes=8)["mean_return"] >= 4.0  # random actions: 0
     assert agent.alpha(agent.groups[0]).item() != before
