@@ -38,11 +38,13 @@ class CopyFailure(NamedTuple):
 
 
 class _CopyRaised(Exception):
-    """Raised inside :class:`CopyBlock` when the env of ``row`` raised while doing ``what``."""
+    """Raised inside :class:`CopyBlock` when the env of ``row`` raised while doing ``what``; ``episode_over``
+    when the episode under way had already ended whole (the reset, or reading the state, after it raised).
+    """
 
-    def __init__(self, row: int, what: str, error: BaseException) -> None:
+    def __init__(self, row: int, what: str, error: BaseException, *, episode_over: bool = False) -> None:
         super().__init__(f"env copy {row} raised in {what}: {error!r}")
-        self.row, self.what, self.error = row, what, error
+        self.row, self.what, self.error, self.episode_over = row, what, error, episode_over
 
 
 def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
@@ -140,7 +142,7 @@ class CopyBlock:
                 self._step_copy(env, row)
             except _CopyRaised as raised:
                 # a reset that raises comes after an episode that ended whole: its results stay
-                failures.append(self._rebuild(index, raised, episode_over=raised.what == "reset"))
+                failures.append(self._rebuild(index, raised, episode_over=raised.episode_over))
         return failures
 
     def _reset_copy(self, env: Any, row: int, seed: Optional[int], *, clear: bool = True) -> None:
@@ -151,7 +153,7 @@ class CopyBlock:
         self._check_spaces(env, row)
         if clear:
             self._clear_step_flags(row)
-        self._write_observations(env, row, obs, infos, ended=())
+        self._write_observations(env, row, obs, infos, ended=(), after_reset=True)
 
     def _rebuild(self, index: int, raised: _CopyRaised, *, episode_over: bool = False) -> CopyFailure:
         """Close the copy that raised, build and reset a new one in its place. Its row ends its episode, as
@@ -203,17 +205,17 @@ class CopyBlock:
                 if not terminated.get(uid, False):
                     ended.append(uid)
         if not env.agents:
-            self._write_observations(env, row, obs, infos, ended=set(obs))
+            self._write_observations(env, row, obs, infos, ended=set(obs), after_reset=False)
             self._write_final_state(row)
             self.b["episode_end"][row] = True
             try:
                 obs, infos = env.reset()
             except Exception as error:
-                raise _CopyRaised(row, "reset", error) from error
+                raise _CopyRaised(row, "reset", error, episode_over=True) from error
             self._check_spaces(env, row)
-            self._write_observations(env, row, obs, infos, ended=())
+            self._write_observations(env, row, obs, infos, ended=(), after_reset=True)
         else:
-            self._write_observations(env, row, obs, infos, ended=ended)
+            self._write_observations(env, row, obs, infos, ended=ended, after_reset=False)
             if ended:
                 self._write_final_state(row)
 
@@ -280,10 +282,13 @@ class CopyBlock:
         else:  # ended agents' observation columns are zero in "obs" and hold their final one in "final_obs"
             np.add(self.b["obs"][row], self.b["final_obs"][row], out=self.b["final_state"][row])
 
-    def _write_observations(self, env: Any, row: int, obs: Dict[str, Any], infos: Dict[str, Any], ended: Any) -> None:
-        """Write ``obs`` of ``row``: agents that ``ended`` go to the final-observation buffer.
+    def _write_observations(self, env: Any, row: int, obs: Dict[str, Any], infos: Dict[str, Any], ended: Any, *,
+                            after_reset: bool) -> None:
+        """Write ``obs`` of ``row``: agents that ``ended`` go to the final-observation buffer; and the env's
+        state, where it has one (``after_reset``: the state of a new episode, the one before having ended whole).
 
-        Agents absent from ``obs`` (they left the episode) keep zero observations.
+        Agents absent from ``obs`` (they left the episode) keep zero observations. A ``state()`` that raises
+        fails the copy as ``step`` and ``reset`` do.
         """
         layout, obs_row = self.layout, self.b["obs"][row]
         obs_row[:] = 0.0
@@ -301,7 +306,11 @@ class CopyBlock:
             else:
                 flatten_into(layout.observation_spaces[uid], value, obs_row[columns])
         if "state" in self.b:
-            self.b["state"][row] = np.asarray(env.state(), dtype=np.float32).reshape(-1)
+            try:
+                state = env.state()
+            except Exception as error:
+                raise _CopyRaised(row, "state()", error, episode_over=after_reset) from error
+            self.b["state"][row] = np.asarray(state, dtype=np.float32).reshape(-1)
         if layout.has_masks:
             self._write_masks(row, obs, infos, live, ended)
 

@@ -49,7 +49,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         state_source: ``"auto"`` (``env.state()`` where the env has it, else all observations
             concatenated in ``possible_agents`` order), ``"env"`` or ``"observations"``.
         check_finite: raise on a NaN or infinite observation or reward, naming agent, copy and step.
-        max_env_failures: how many times env copies may raise in ``step`` or ``reset`` before the error
+        max_env_failures: how many times env copies may raise in ``step``, ``reset`` or ``state()`` before the error
             is raised (0: at once). Below it, a copy that raises is rebuilt with the factory (a worker
             process that dies is started again), a warning names the copy and the error, the episode
             it was playing is dropped (``infos["failed"]`` marks its row; the trainer leaves it out of
