@@ -80,7 +80,9 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optio
 def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Sequence[str],
               teams: Mapping[str, Sequence[str]], timestep: int, *, outcomes: bool = False) -> Dict[str, Any]:
     """The evaluation report: per agent, per team (mean and standard deviation over episodes of the
-    team's mean return) and, for a single team, its figures at the top level as well. With
+    team's mean return) and, at the top level, the single team's figures, or where no team played (fixed
+    policies in every seat) those of the mean return over every seat; several teams are never averaged
+    together. With
     ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0).
     """
     column = {uid: i for i, uid in enumerate(possible_agents)}
@@ -103,4 +105,8 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
     if len(teams) == 1:
         (team,) = report["teams"].values()
         report["mean_return"], report["std_return"] = team["mean_return"], team["std_return"]
+    elif not teams:  # fixed policies in every seat: the mean over every seat (teams are never averaged together)
+        every_seat = returns.mean(dim=1)
+        report["mean_return"] = float(every_seat.mean())
+        report["std_return"] = float(every_seat.std()) if every_seat.numel() > 1 else 0.0
     return report

@@ -217,8 +217,10 @@ class SequentialTrainer(Trainer):
         Returns:
             A dict: ``"episodes"``, ``"timestep"``, ``"mean_length"``, ``"returns"`` (agent id to its
             mean return) and ``"teams"`` (team name to its ``"mean_return"``, ``"std_return"``,
-            ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class). With a
-            single algorithm, its ``"mean_return"`` and ``"std_return"`` are at the top level too;
+            ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class). ``"mean_return"``
+            and ``"std_return"`` at the top level are the single team's where one algorithm played, those of
+            the mean return over every seat where fixed policies played every seat, and absent where several
+            teams played (their returns are never averaged together);
             ``"videos"`` lists the video files written. For turn-based envs (``env.turn_based``),
             ``"outcomes"`` gives each seat's ``"win"``, ``"draw"`` and ``"loss"`` rates (episode return
             > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. The dict is also
