@@ -7,12 +7,12 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
-import tqdm
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import collect_episodes, summarise
 from marlparts.trainers.opponents import Opponents
+from marlparts.trainers.progress import Progress
 from marlparts.utils.distributed import all_gather_tensors, is_main_process
 from marlparts.utils.files import write_json_atomically
 from marlparts.utils.seeding import EVALUATION_STREAM, OPPONENT_STREAM, TRAINING_STREAM, derived_seed
@@ -20,7 +20,8 @@ from marlparts.utils.video import save_video
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "timesteps": 100_000,          # vectorized steps per train() call (each steps every env copy)
-    "disable_progressbar": False,  # hide the progress bar
+    "disable_progressbar": False,  # hide the progress bar (and its lines where output is not a terminal)
+    "progress_interval": 10.0,     # seconds between progress lines where output is not a terminal
     "eval_interval": 0,            # vectorized steps between evaluations during train() (0: none)
     "eval_episodes": 100,          # episodes that eval() collects
     "eval_num_envs": None,         # evaluation env copies (None: as many as the training env has)
@@ -79,7 +80,7 @@ class SequentialTrainer(Trainer):
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
         self._stop_requested = False
-        bar = tqdm.tqdm(total=steps, disable=self.cfg["disable_progressbar"], unit="step", smoothing=0.1)
+        bar = Progress(steps, disable=self.cfg["disable_progressbar"], interval=float(self.cfg["progress_interval"]))
         try:
             for timestep in range(start, end):
                 if self._training_state is None:
@@ -172,7 +173,7 @@ class SequentialTrainer(Trainer):
                 tracker.add("Time / update, logging, checkpoints (ms per step)", 1000 * updating)
                 tracker.add_ratio("Performance / env steps per second", self.env.num_envs, clock[-1] - clock[0])
 
-    def _show_progress(self, bar: tqdm.tqdm, rate: float, recent: List[Deque[float]]) -> None:
+    def _show_progress(self, bar: Progress, rate: float, recent: List[Deque[float]]) -> None:
         postfix = {"env_steps_per_s": f"{rate:.0f}"}
         for team, returns in zip(self.teams, recent):
             key = "mean_return" if len(self.teams) == 1 else f"return_{team}"
