@@ -44,6 +44,11 @@ class Model(nn.Module):
             tensor = next(self.buffers(), None)
         return tensor.device if tensor is not None else self.initial_device
 
+    @device.setter
+    def device(self, device: Union[str, torch.device]) -> None:
+        """Set where a model without parameters or buffers says it is (``model.to`` moves the others)."""
+        self.initial_device = torch.device(device)
+
     def compute(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, Dict[str, Any]]:
         """Return ``(output, extras)`` for ``inputs``; ``role`` names the use (``"policy"``, ``"value"``)."""
         raise NotImplementedError(f"{type(self).__name__} must implement compute(inputs, role)")
