@@ -323,3 +323,50 @@ class LeaveBeforeTheStormEnv(ParallelEnv):
         infos = {a: {} for a in self.agents}
         self.agents = [a for a in self.agents if not (terminated[a] or truncated[a])]
         return observations, rewards, terminated, truncated, infos
+
+
+class TupleSpacesEnv(gymnasium.Env):
+    """A Gymnasium multi-agent env of the EPyMARL convention: two agents, ``Tuple`` spaces, a list of rewards.
+
+    Observation of agent ``i``: ``[step, i]``; reward of agent ``i``: its action + ``i``. ``done`` (one bool) comes
+    at step ``limit``, as LBF and RWARE end their episodes at their own limit. ``per_agent_done``: ``done`` is a
+    list, and ``agent_1`` is done from step ``leave_at`` on. ``old_api``: ``step`` returns ``(obs, rewards, done,
+    info)``. ``shared_reward``: one number for both agents. ``masks``: ``info["action_mask"]`` forbids action 0 on
+    odd steps. ``with_state``: ``state()`` returns ``[step, 10 * step]``. Actions received are kept in ``received``.
+    """
+
+    def __init__(self, limit=4, per_agent_done=False, leave_at=2, old_api=False, shared_reward=False, masks=False,
+                 with_state=False):
+        self.observation_space = gymnasium.spaces.Tuple([gymnasium.spaces.Box(-np.inf, np.inf, (2,), np.float32)] * 2)
+        self.action_space = gymnasium.spaces.Tuple([gymnasium.spaces.Discrete(3)] * 2)
+        self.limit, self.per_agent_done, self.leave_at = limit, per_agent_done, leave_at
+        self.old_api, self.shared_reward, self.masks = old_api, shared_reward, masks
+        if with_state:
+            self.state = lambda: np.array([self.t, 10 * self.t], dtype=np.float32)
+        self.t = 0
+        self.received = []
+
+    def _obs(self):
+        return tuple(np.array([self.t, i], dtype=np.float32) for i in range(2))
+
+    def _info(self):
+        if not self.masks:
+            return {}
+        allowed = np.array([self.t % 2 == 0, True, True])
+        return {"action_mask": [allowed, allowed], "t": self.t}
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), self._info()
+
+    def step(self, actions):
+        self.received.append(tuple(int(a) for a in actions))
+        self.t += 1
+        rewards = float(sum(actions)) if self.shared_reward else [float(a) + i for i, a in enumerate(actions)]
+        done = self.t >= self.limit
+        if self.per_agent_done:
+            done = [done, done or self.t >= self.leave_at]
+        if self.old_api:
+            return self._obs(), rewards, done, self._info()
+        return self._obs(), rewards, done, False, self._info()

@@ -4,6 +4,7 @@ from typing import Any
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import EnvCopyError
+from marlparts.envs.gymnasium_multiagent import GymnasiumMultiAgentEnv
 from marlparts.envs.isaaclab import IsaacLabWrapper, is_isaaclab_marl_env
 from marlparts.envs.pettingzoo import PettingZooParallelWrapper
 from marlparts.envs.vmas import VmasWrapper, is_batched_factory, is_vmas_env
@@ -17,6 +18,9 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
     - PettingZoo Parallel envs, including the MPE tasks of ``mpe2``, and AEC envs (turn-based games: one
       move per step): an instance or a factory of one copy; see :class:`PettingZooParallelWrapper`
       (``num_envs``, ``workers``, ``seed``, ``device``, ``state_source``, ``check_finite``);
+    - Gymnasium multi-agent envs with ``Tuple`` spaces and per-agent reward lists (``lbforaging``,
+      ``rware``), stepped as PettingZoo Parallel envs through :class:`GymnasiumMultiAgentEnv`, with the same
+      options;
     - VMAS envs: an env, or a factory taking ``num_envs`` (``functools.partial(vmas.make_env, ...)``);
       see :class:`VmasWrapper` (``num_envs``, ``seed``, ``check_finite``, ``vectorised_reset``);
     - Isaac Lab multi-agent envs (``DirectMARLEnv``, also inside gymnasium wrappers); see
@@ -31,4 +35,4 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
     return PettingZooParallelWrapper(env, **kwargs)
 
 
-__all__ = ["EnvCopyError", "IsaacLabWrapper", "MultiAgentEnv", "PettingZooParallelWrapper", "VmasWrapper", "wrap_env"]
+__all__ = ["EnvCopyError", "GymnasiumMultiAgentEnv", "IsaacLabWrapper", "MultiAgentEnv", "PettingZooParallelWrapper", "VmasWrapper", "wrap_env"]

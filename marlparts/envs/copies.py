@@ -19,6 +19,7 @@ BUFFER_DTYPES = {
     "obs": np.float32, "final_obs": np.float32, "reward": np.float32, "terminated": np.bool_,
     "truncated": np.bool_, "active": np.bool_, "episode_end": np.bool_, "state": np.float32,
     "final_state": np.float32, "mask": np.bool_, "final_mask": np.bool_, "action": np.float64, "failed": np.bool_,
+    "env_info": np.float32,
 }
 
 
@@ -62,6 +63,8 @@ def buffer_shapes(layout: EnvLayout, num_envs: int) -> Dict[str, tuple]:
     if layout.has_masks:
         shapes["mask"] = (num_envs, layout.masks.total)
         shapes["final_mask"] = (num_envs, layout.masks.total)
+    if layout.info_keys:
+        shapes["env_info"] = (num_envs, len(layout.info_keys), n)
     return shapes
 
 
@@ -190,6 +193,8 @@ class CopyBlock:
         if self.frames is not None and env is self.envs[0]:
             self.frames.append(env.render())  # before an ended episode's reset: its last frame
         self._clear_step_flags(row)
+        if "env_info" in self.b:
+            self._write_env_infos(row, infos)
         reward_row, term_row, trunc_row = self.b["reward"][row], self.b["terminated"][row], self.b["truncated"][row]
         index = self.agent_index
         for uid, value in rewards.items():
@@ -272,6 +277,22 @@ class CopyBlock:
         self.b["final_state"][row] = 0.0
         if "final_mask" in self.b:
             self.b["final_mask"][row] = True
+        if "env_info" in self.b:
+            self.b["env_info"][row] = 0.0
+
+    def _write_env_infos(self, row: int, infos: Dict[str, Any]) -> None:
+        """The step's value of each of the layout's ``info_keys`` in each agent's infos (0 where absent)."""
+        target, index = self.b["env_info"][row], self.agent_index
+        for uid, info in infos.items():
+            if uid not in index or not isinstance(info, dict):
+                continue
+            for k, key in enumerate(self.layout.info_keys):
+                if key in info:
+                    try:
+                        target[k, index[uid]] = float(info[key])
+                    except (TypeError, ValueError) as error:
+                        raise ValueError(f"info_keys: the infos of agent {uid!r} in env copy {row} hold {key!r} = "
+                                         f"{info[key]!r}, which is not a number") from error
 
     def _write_final_state(self, row: int) -> None:
         """The global state at the step where some agent's episode ended: the env's state after the

@@ -1,6 +1,6 @@
 """What a PettingZoo environment looks like once flattened: agents, spaces, column layouts."""
 
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Sequence
 
 import gymnasium
 import numpy as np
@@ -29,9 +29,15 @@ class EnvLayout:
         reset_infos: the infos its ``reset`` returned.
         state_source: ``"env"`` to use ``env.state()``, ``"observations"`` for all agents'
             observations concatenated, ``"auto"`` for the first when the env has one.
+        info_keys: numeric entries of the agents' infos carried at every step (``infos["env_info"]``).
     """
 
-    def __init__(self, env: Any, reset_infos: Dict[str, Any], *, state_source: str = "auto") -> None:
+    def __init__(self, env: Any, reset_infos: Dict[str, Any], *, state_source: str = "auto",
+                 info_keys: Sequence[str] = ()) -> None:
+        if isinstance(info_keys, str) or not all(isinstance(key, str) for key in info_keys):
+            raise TypeError(f"info_keys must be a sequence of str (the names of entries of the agents' infos), "
+                            f"got {info_keys!r}")
+        self.info_keys = tuple(info_keys)
         self.possible_agents = list(env.possible_agents)
         self.raw_observation_spaces = {uid: env.observation_space(uid) for uid in self.possible_agents}
         self.env_action_spaces = {uid: env.action_space(uid) for uid in self.possible_agents}

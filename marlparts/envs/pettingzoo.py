@@ -1,7 +1,7 @@
 """PettingZoo Parallel environments (and the MPE tasks of ``mpe2``) as a batched :class:`MultiAgentEnv`."""
 
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium
 import numpy as np
@@ -10,6 +10,7 @@ from pettingzoo.utils.conversions import aec_to_parallel
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.envs.copies import CopyFailure, EnvCopyError, InProcessCopies
+from marlparts.envs.gymnasium_multiagent import GymnasiumMultiAgentEnv, GymnasiumMultiAgentFactory, is_gymnasium_multi_agent
 from marlparts.envs.layout import EnvLayout
 from marlparts.envs.turns import ParallelFactory, TurnBasedFactory, TurnBasedParallelEnv, is_aec_env, is_parallelizable
 from marlparts.envs.workers import WorkerCopies
@@ -19,6 +20,7 @@ from marlparts.utils.seeding import EVALUATION_STREAM, REBUILD_STREAM, TRAINING_
 from marlparts.utils.spaces import action_bounds, is_discrete
 
 SUPPORTED_KINDS = ("a PettingZoo ParallelEnv or AECEnv (an instance, or a factory that builds one copy), "
+                   "a Gymnasium multi-agent env with Tuple observation and action spaces (LBF, RWARE), "
                    "a VMAS env (or a factory taking num_envs), an Isaac Lab DirectMARLEnv")
 
 
@@ -32,12 +34,16 @@ class PettingZooParallelWrapper(MultiAgentEnv):
     Every agent's observation and reward come back at every step (see
     :class:`~marlparts.envs.turns.TurnBasedParallelEnv`), and ``turn_based`` is True.
 
+    A Gymnasium multi-agent env (tuple spaces, a list of rewards, one ``done``: LBF, RWARE) is stepped
+    through :class:`~marlparts.envs.gymnasium_multiagent.GymnasiumMultiAgentEnv`, its agents named
+    ``agent_0``, ``agent_1``, ...; build that adapter in the factory yourself to set its options.
+
     Integer actions are indexes from 0: an env's ``Discrete(n, start=s)`` is ``Discrete(n)`` here (and a
     ``MultiDiscrete`` with a start likewise), and the wrapper adds ``s`` before it steps the env.
 
     Args:
         env: a factory that builds one copy (``lambda: simple_spread_v3.parallel_env()``,
-            ``lambda: tictactoe_v3.env()``), or an env instance when ``num_envs`` is 1 and ``workers`` is 0.
+            ``lambda: tictactoe_v3.env()``, ``lambda: gymnasium.make("rware-tiny-2ag-v2")``), or an env instance when ``num_envs`` is 1 and ``workers`` is 0.
         num_envs: number of copies stepped together.
         workers: 0 to step the copies in this process; ``k > 0`` to split them over ``k``
             worker processes that step in parallel and write into shared memory.
@@ -54,12 +60,16 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             process that dies is started again), a warning names the copy and the error, the episode
             it was playing is dropped (``infos["failed"]`` marks its row; the trainer leaves it out of
             statistics and the algorithms out of their memories), and ``env_failures`` counts it.
+        info_keys: names of numeric entries of the agents' infos (what the env reports: kills, deliveries,
+            successes) to carry at every step as ``infos["env_info"][key]``, ``(num_envs, num_agents)``
+            float32, 0 where an agent's infos lack the key. The trainer sums them over each episode and
+            hands them to callbacks' ``on_episode_infos``.
     """
 
     def __init__(self, env: Union[Callable[[], Any], Any], *, num_envs: int = 1, workers: int = 0,
                  seed: Optional[int] = None, device: Union[str, torch.device] = "cpu",
                  state_source: str = "auto", check_finite: bool = True, seed_stream: int = TRAINING_STREAM,
-                 max_env_failures: int = 0) -> None:
+                 max_env_failures: int = 0, info_keys: Sequence[str] = ()) -> None:
         if not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if not isinstance(workers, int) or workers < 0:
@@ -71,6 +81,9 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             raise ValueError("pass a factory that builds one copy (e.g. `lambda: simple_spread_v3.parallel_env()`) "
                              "to make several copies or to run copies in worker processes")
         probe = env() if is_factory else env
+        if is_gymnasium_multi_agent(probe):  # tuple spaces and reward lists: seen through the Parallel interface
+            probe = GymnasiumMultiAgentEnv(probe)
+            env = GymnasiumMultiAgentFactory(env) if is_factory else probe
         if not hasattr(probe, "possible_agents") or not hasattr(probe, "step"):
             raise TypeError(f"wrap_env got {type(probe).__name__!r}{' (from the factory)' if is_factory else ''}, "
                             f"which is none of the supported kinds: {SUPPORTED_KINDS}")
@@ -82,10 +95,10 @@ class PettingZooParallelWrapper(MultiAgentEnv):
             env = TurnBasedFactory(env) if is_factory else probe
         self.turn_based = isinstance(probe, TurnBasedParallelEnv)
         _, reset_infos = probe.reset(seed=seed)
-        self.layout = EnvLayout(probe, reset_infos, state_source=state_source)
+        self.layout = EnvLayout(probe, reset_infos, state_source=state_source, info_keys=info_keys)
         self._factory = env if is_factory else None
         self._options = {"device": device, "state_source": state_source, "check_finite": check_finite,
-                         "max_env_failures": max_env_failures}
+                         "max_env_failures": max_env_failures, "info_keys": tuple(info_keys)}
         if max_env_failures and not is_factory:
             raise ValueError("max_env_failures needs a factory that builds one copy, to rebuild a copy that failed")
         self.max_env_failures = max_env_failures
@@ -219,6 +232,9 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         if layout.has_masks:
             infos["action_mask"] = AgentTensors(self._tensor(b["mask"]), layout.masks)
             infos["final_action_mask"] = AgentTensors(self._tensor(b["final_mask"]), layout.masks)
+        if layout.info_keys:
+            values = self._tensor(b["env_info"])
+            infos["env_info"] = {key: values[:, k] for k, key in enumerate(layout.info_keys)}
         return AgentTensors(self._tensor(b["obs"]), layout.observations), infos
 
     def _write_actions(self, actions: Mapping[str, Any]) -> None:

@@ -15,13 +15,25 @@ from marlparts.utils.devices import same_device
 from marlparts.utils.seeding import OPPONENT_STREAM, TRAINING_STREAM, derived_seed
 
 
+class EpisodeInfo(NamedTuple):
+    """One entry of the env's infos over the episodes that ended at a step, each ``(ended, num_agents)``:
+    ``total``, its values summed over the episode's steps (deliveries, kills); ``last``, its value at the
+    episode's last step (a final score, a success flag).
+    """
+
+    total: torch.Tensor
+    last: torch.Tensor
+
+
 class EpisodeEnds(NamedTuple):
     """The episodes that ended at one step: ``copies`` ``(num_envs,)`` bool, the copies whose episode
     ended; ``returns`` ``(ended, num_agents)``, each ended episode's return per agent; ``lengths``
     ``(ended,)``, each ended episode's number of steps; ``dropped`` ``(num_envs,)`` bool, the copies whose
     env failed (their episode is not counted), and ``dropped_lengths`` ``(num_envs,)``, the steps of each
-    such episode (0 elsewhere), this one included; ``any_dropped``, whether ``dropped`` holds any copy.
-    The tensors are read-only: a step without ended or dropped episodes hands out the same ones each time.
+    such episode (0 elsewhere), this one included; ``any_dropped``, whether ``dropped`` holds any copy;
+    ``infos``, the ended episodes' :class:`EpisodeInfo` per entry of the env's ``info_keys`` (empty where the
+    env carries none). The tensors are read-only: a step without ended or dropped episodes hands out the
+    same ones each time.
     """
 
     copies: torch.Tensor
@@ -30,6 +42,7 @@ class EpisodeEnds(NamedTuple):
     dropped: torch.Tensor
     dropped_lengths: torch.Tensor
     any_dropped: bool
+    infos: Dict[str, EpisodeInfo] = {}
 
 
 class EpisodeStatistics:
@@ -49,6 +62,7 @@ class EpisodeStatistics:
         self._no_returns, self._no_lengths = self.returns[:0], self.lengths[:0]
         self._no_drops = torch.zeros(num_envs, dtype=torch.bool, device=device)
         self._no_drop_lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
+        self.info_totals: Dict[str, torch.Tensor] = {}  # per entry of the env's infos: sums (num_envs, agents)
 
     def step(self, rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
              truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> EpisodeEnds:
@@ -57,6 +71,11 @@ class EpisodeStatistics:
         """
         self.returns += stack_agents(rewards, self.possible_agents).squeeze(-1)
         self.lengths += 1
+        env_info = infos.get("env_info") if infos else None
+        if env_info:
+            for key, values in env_info.items():
+                total = self.info_totals.get(key)
+                self.info_totals[key] = values.to(self.returns.dtype, copy=True) if total is None else total + values
         ended = infos.get("episode_end") if infos else None
         if ended is None:
             done = stack_agents(terminated, self.possible_agents) | stack_agents(truncated, self.possible_agents)
@@ -72,17 +91,22 @@ class EpisodeStatistics:
             dropped, dropped_lengths = self._no_drops, self._no_drop_lengths
             if not ended.any():
                 return EpisodeEnds(ended, self._no_returns, self._no_lengths, dropped, dropped_lengths, False)
+        episode_infos = {key: EpisodeInfo(self.info_totals[key][ended].clone(), values[ended].clone())
+                         for key, values in (env_info or {}).items()}
         finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone(), dropped,
-                               dropped_lengths, any_dropped)
+                               dropped_lengths, any_dropped, episode_infos)
         over = ended | dropped if any_dropped else ended
         self.returns[over] = 0.0
         self.lengths[over] = 0
+        for total in self.info_totals.values():
+            total[over] = 0.0
         return finished
 
     def reset(self) -> None:
         """Forget running sums (after an env reset)."""
         self.returns.zero_()
         self.lengths.zero_()
+        self.info_totals.clear()
 
 
 def team_names(agents: Sequence[MultiAgent]) -> List[str]:
@@ -172,6 +196,16 @@ class Trainer:
     def stop(self) -> None:
         """End ``train()`` after the current step (for callbacks: early stopping)."""
         self._stop_requested = True
+
+    def log(self, name: str, value: Union[float, torch.Tensor]) -> None:
+        """Track a figure of your own (from a callback) beside the built-in ones: every algorithm's tracker
+        adds ``value`` (a number or a one-element tensor) under ``name``, written as the others are
+        (TensorBoard, ``scalars.csv``, W&B), as the mean of the values added between two writes.
+        """
+        value = float(value.item() if isinstance(value, torch.Tensor) else value)
+        for agent in self.agents:
+            if agent.tracker is not None:
+                agent.tracker.add(name, value)
 
     def notify(self, event: str, *args: Any) -> None:
         """Call ``event`` (``"on_step"``, ``"on_episode_end"``, ``"on_evaluation"``) on every callback."""

@@ -103,6 +103,8 @@ class SequentialTrainer(Trainer):
                 ends = self.statistics.step(rewards, terminated, truncated, next_infos)
                 if ends.returns.shape[0]:
                     self._episodes_ended(ends.returns, ends.lengths, recent)
+                    if ends.infos:
+                        self.notify("on_episode_infos", ends.infos)
                 if ends.any_dropped:
                     self._episodes_dropped(ends.dropped, ends.dropped_lengths)
                 clock.append(time.perf_counter())

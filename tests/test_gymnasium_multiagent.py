@@ -1,0 +1,163 @@
+"""Gymnasium multi-agent envs (tuple spaces, reward lists, one done): the adapter and the batched wrapper."""
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+
+from marlparts.envs import GymnasiumMultiAgentEnv, wrap_env
+from marlparts.envs.gymnasium_multiagent import env_time_limit, is_gymnasium_multi_agent
+from toy_envs import CountingEnv, TupleSpacesEnv
+
+
+def actions_of(env, value):
+    return {uid: torch.full((env.num_envs, 1), value, dtype=torch.long) for uid in env.possible_agents}
+
+
+def flags(mapping):
+    return {uid: mapping[uid].flatten().tolist() for uid in mapping}
+
+
+def test_tuple_space_envs_are_told_apart_from_pettingzoo_and_single_agent_envs():
+    assert is_gymnasium_multi_agent(TupleSpacesEnv())
+    assert not is_gymnasium_multi_agent(CountingEnv())
+    assert not is_gymnasium_multi_agent(gymnasium.make("CartPole-v1"))
+    with pytest.raises(TypeError, match="not a Gymnasium multi-agent env.*Tuple"):
+        GymnasiumMultiAgentEnv(gymnasium.make("CartPole-v1"))
+
+
+def test_agents_spaces_rewards_and_observations_come_per_agent():
+    env = wrap_env(lambda: TupleSpacesEnv(limit=10), num_envs=2)
+    assert env.possible_agents == ["agent_0", "agent_1"]
+    assert env.action_space("agent_1") == gymnasium.spaces.Discrete(3)
+    observations, infos = env.reset()
+    assert observations["agent_1"].tolist() == [[0.0, 1.0]] * 2
+    observations, rewards, terminated, truncated, infos = env.step({"agent_0": torch.tensor([[2], [1]]),
+                                                                    "agent_1": torch.tensor([[0], [2]])})
+    assert rewards["agent_0"].flatten().tolist() == [2.0, 1.0]
+    assert rewards["agent_1"].flatten().tolist() == [1.0, 3.0]  # its action + 1
+    assert observations["agent_0"].tolist() == [[1.0, 0.0]] * 2
+    assert env.state().tolist() == [[1.0, 0.0, 1.0, 1.0]] * 2  # no state(): the observations concatenated
+
+
+def test_the_env_s_own_step_limit_ends_episodes_as_truncated_not_terminated():
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(TupleSpacesEnv(limit=3), time_limit=3), num_envs=1)
+    env.reset()
+    for _ in range(2):
+        _, _, terminated, truncated, infos = env.step(actions_of(env, 1))
+        assert not infos["episode_end"].any()
+    observations, _, terminated, truncated, infos = env.step(actions_of(env, 1))
+    assert infos["episode_end"].all()
+    assert flags(terminated) == {"agent_0": [False], "agent_1": [False]}
+    assert flags(truncated) == {"agent_0": [True], "agent_1": [True]}
+    assert infos["final_observation"]["agent_1"].tolist() == [[3.0, 1.0]]  # bootstrapped from
+    assert observations["agent_1"].tolist() == [[0.0, 1.0]]  # the next episode's first
+
+
+def test_without_a_time_limit_the_env_s_done_is_a_termination():
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(TupleSpacesEnv(limit=2), time_limit=None), num_envs=1)
+    env.reset()
+    env.step(actions_of(env, 0))
+    _, _, terminated, truncated, infos = env.step(actions_of(env, 0))
+    assert infos["episode_end"].all()
+    assert flags(terminated) == {"agent_0": [True], "agent_1": [True]}
+    assert flags(truncated) == {"agent_0": [False], "agent_1": [False]}
+
+
+def test_a_time_limit_shorter_than_the_env_s_cuts_the_episode():
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(TupleSpacesEnv(limit=100), time_limit=2), num_envs=1)
+    env.reset()
+    env.step(actions_of(env, 0))
+    _, _, terminated, truncated, infos = env.step(actions_of(env, 0))
+    assert infos["episode_end"].all()
+    assert flags(truncated) == {"agent_0": [True], "agent_1": [True]}
+
+
+def test_the_time_limit_is_read_from_the_registration():
+    pytest.importorskip("lbforaging")
+    assert env_time_limit(gymnasium.make("Foraging-8x8-2p-2f-coop-v3")) == 50
+    pytest.importorskip("rware")
+    assert env_time_limit(gymnasium.make("rware-tiny-2ag-v2")) == 500
+    assert env_time_limit(gymnasium.make("CartPole-v1")) == 500  # Gymnasium's TimeLimit
+    assert env_time_limit(TupleSpacesEnv()) is None  # made without a spec
+
+
+def test_an_agent_done_before_the_others_leaves_and_the_env_gets_its_idle_action():
+    raw = TupleSpacesEnv(limit=4, per_agent_done=True, leave_at=2)
+    adapter = GymnasiumMultiAgentEnv(raw, time_limit=None)
+    env = wrap_env(adapter)
+    env.reset()
+    env.step(actions_of(env, 2))
+    _, rewards, terminated, _, infos = env.step(actions_of(env, 2))
+    assert flags(terminated) == {"agent_0": [False], "agent_1": [True]}
+    assert infos["active"]["agent_1"].flatten().tolist() == [False]
+    assert not infos["episode_end"].any()
+    _, rewards, terminated, _, infos = env.step(actions_of(env, 2))
+    assert raw.received[-1] == (2, 0)  # agent_1 is gone: the env receives action 0 for it
+    assert rewards["agent_1"].flatten().tolist() == [0.0]  # and nothing of its reward reaches the agent
+    _, _, terminated, _, infos = env.step(actions_of(env, 2))
+    assert infos["episode_end"].all() and flags(terminated)["agent_0"] == [True]
+
+
+def test_old_gym_four_values_and_a_shared_reward_are_understood():
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(TupleSpacesEnv(limit=1, old_api=True, shared_reward=True),
+                                                  time_limit=None))
+    env.reset()
+    _, rewards, terminated, truncated, infos = env.step({"agent_0": torch.tensor([[1]]), "agent_1": torch.tensor([[2]])})
+    assert rewards["agent_0"].item() == rewards["agent_1"].item() == 3.0
+    assert infos["episode_end"].all() and flags(terminated) == {"agent_0": [True], "agent_1": [True]}
+
+
+def test_masks_in_the_env_s_info_become_action_masks():
+    env = wrap_env(lambda: TupleSpacesEnv(limit=10, masks=True), num_envs=2)
+    _, infos = env.reset()
+    assert infos["action_mask"]["agent_0"].tolist() == [[True, True, True]] * 2
+    _, _, _, _, infos = env.step(actions_of(env, 1))
+    assert infos["action_mask"]["agent_1"].tolist() == [[False, True, True]] * 2  # odd step: action 0 forbidden
+
+
+def test_a_mask_function_overrides_what_the_env_says():
+    def only_two(raw_env):
+        return [np.array([False, False, True])] * 2
+
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(TupleSpacesEnv(masks=True), action_masks=only_two))
+    _, infos = env.reset()
+    assert infos["action_mask"]["agent_0"].tolist() == [[False, False, True]]
+
+
+def test_the_env_s_state_is_the_global_state_where_it_has_one():
+    env = wrap_env(lambda: TupleSpacesEnv(limit=10, with_state=True), num_envs=2)
+    env.reset()
+    env.step(actions_of(env, 0))
+    assert env.state().tolist() == [[1.0, 10.0]] * 2
+
+
+def test_the_copies_also_run_in_worker_processes():
+    env = wrap_env(lambda: TupleSpacesEnv(limit=3), num_envs=4, workers=2)
+    try:
+        env.reset()
+        ends = 0
+        for _ in range(6):
+            _, rewards, _, truncated, infos = env.step(actions_of(env, 1))
+            ends += int(infos["episode_end"].sum())
+        assert ends == 8 and rewards["agent_1"].flatten().tolist() == [2.0] * 4
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("name, agents, limit", [("Foraging-8x8-2p-2f-coop-v3", 2, 50), ("rware-tiny-2ag-v2", 2, 500)])
+def test_lbf_and_rware_step_with_random_actions_and_end_episodes(name, agents, limit):
+    pytest.importorskip("lbforaging" if name.startswith("Foraging") else "rware")
+    __import__("lbforaging" if name.startswith("Foraging") else "rware")
+    env = wrap_env(gymnasium.make(name, disable_env_checker=True), seed=3)
+    assert env.num_agents == agents
+    env.reset()
+    generator = torch.Generator().manual_seed(0)
+    for step in range(1, limit + 1):
+        actions = {uid: torch.randint(0, space.n, (1, 1), generator=generator) for uid, space in env.action_spaces.items()}
+        _, _, terminated, truncated, infos = env.step(actions)
+        if infos["episode_end"].any():
+            break
+    assert infos["episode_end"].all() and step <= limit
+    if step == limit:  # ended by the step limit: a truncation
+        assert all(flag for flag in flags(truncated).values() for flag in flag)
