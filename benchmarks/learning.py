@@ -27,6 +27,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = {name: ROOT / "examples" / "mpe" / f"simple_spread_{name}.py"
             for name in ("mappo", "ippo", "maddpg", "matd3", "masac", "qmix", "vdn", "recurrent_mappo")}
 EXAMPLES["vmas_balance_mappo"] = ROOT / "examples" / "vmas" / "balance_mappo.py"
+EXAMPLES["lbf_mappo"] = ROOT / "examples" / "lbf" / "foraging_mappo.py"
+EXAMPLES["lbf_vdn"] = ROOT / "examples" / "lbf" / "foraging_vdn.py"
+EXAMPLES["rware_mappo"] = ROOT / "examples" / "rware" / "warehouse_mappo.py"
 TRAINED = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+) s")
 
 
@@ -42,6 +45,7 @@ def run_example(algorithm: str, seed: int, timesteps: int, episodes: int, direct
     report = json.loads(report_path.read_text())
     env_steps_per_timestep = int(trained.group(1)) / max(int(report["timestep"]), 1)
     return {"greedy_mean_return": report["mean_return"], "std_over_episodes": report["std_return"],
+            "greedy_total_return": sum(report["returns"].values()),  # summed over the agents (LBF's figure)
             "episodes": report["episodes"], "train_seconds": float(trained.group(2)),
             "curve": evaluation_curve(report_path.parent / "scalars.csv", env_steps_per_timestep)}
 
@@ -80,8 +84,11 @@ def main() -> None:
         values = [v["greedy_mean_return"] for v in record["seeds"].values()]
         record["mean_over_seeds"] = sum(values) / len(values)
         record["min_over_seeds"], record["max_over_seeds"] = min(values), max(values)
+        totals = [v["greedy_total_return"] for v in record["seeds"].values()]
+        record["total_return_over_seeds"] = {"mean": sum(totals) / len(totals), "min": min(totals), "max": max(totals)}
         output.write_text(json.dumps(record, indent=2))
-        print(f"{name} seed {seed}: greedy mean return {result['greedy_mean_return']:.2f} "
+        print(f"{name} seed {seed}: greedy mean return {result['greedy_mean_return']:.3f}, summed over the agents "
+              f"{result['greedy_total_return']:.3f} "
               f"({result['train_seconds']:.0f} s); mean over seeds so far {record['mean_over_seeds']:.2f}", flush=True)
 
 

@@ -119,3 +119,16 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
     (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
     evaluated = run("--eval", "--checkpoint", checkpoint, *common)
     assert "trained" not in evaluated and "greedy evaluation over 2 episodes" in evaluated
+
+
+@pytest.mark.parametrize("path, package", [("lbf/foraging_mappo.py", "lbforaging"), ("lbf/foraging_vdn.py", "lbforaging"),
+                                           ("rware/warehouse_mappo.py", "rware")])
+def test_gymnasium_multi_agent_example_runs_as_it_stands(path, package, tmp_path):
+    pytest.importorskip(package)
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / path), "--timesteps", "1600", "--num-envs", "8",
+                           "--episodes", "4", "--directory", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600,
+                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trained 1600 env steps" in done.stdout and "greedy evaluation over 4 episodes" in done.stdout
+    assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
