@@ -57,3 +57,10 @@ def test_an_info_that_is_not_a_number_is_named():
 def test_info_keys_must_be_names():
     with pytest.raises(TypeError, match="info_keys must be a sequence of str"):
         wrap_env(lambda: CountingEnv(), info_keys="kills")
+
+
+def test_evaluation_reports_each_agent_s_mean_of_the_env_s_figures():
+    env = wrap_env(lambda: TupleSpacesEnv(limit=3, masks=True), num_envs=2, info_keys=["t"])
+    agent = build_mappo(env, rollouts=3, directory="", cfg={"experiment": {"write_interval": 0}})
+    report = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True}).eval(episodes=4)
+    assert report["env_info"] == {"t": {"agent_0": 6.0, "agent_1": 6.0}}

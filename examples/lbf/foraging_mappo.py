@@ -76,6 +76,7 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> M
     cfg["mini_batches"] = 4
     cfg["learning_rate"] = 5e-4
     cfg["discount_factor"] = 0.99
+    cfg["entropy_loss_scale"] = 0.001
     cfg["observation_preprocessor"] = RunningStandardScaler
     cfg["state_preprocessor"] = RunningStandardScaler
     cfg["experiment"]["directory"] = directory

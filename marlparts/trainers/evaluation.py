@@ -25,12 +25,14 @@ def episodes_per_copy(episodes: int, num_envs: int) -> torch.Tensor:
 
 class Episodes(NamedTuple):
     """What an evaluation collected: ``returns`` ``(episodes, num_agents)``, ``lengths`` ``(episodes,)``,
-    and ``frames`` ``(time, height, width, 3)`` of copy 0's first episode when recorded (else None).
+    ``frames`` ``(time, height, width, 3)`` of copy 0's first episode when recorded (else None), and
+    ``env_info``: per entry of the env's ``info_keys``, its sum over each episode ``(episodes, num_agents)``.
     """
 
     returns: torch.Tensor
     lengths: torch.Tensor
     frames: Optional[np.ndarray]
+    env_info: Dict[str, torch.Tensor] = {}
 
 
 def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optional[int],
@@ -55,6 +57,7 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optio
     states = env.state()
     returns: List[torch.Tensor] = []
     lengths: List[torch.Tensor] = []
+    env_info: Dict[str, List[torch.Tensor]] = {}
     frames, recording = None, record_video
     if recording:
         env.start_recording()
@@ -68,22 +71,28 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optio
                 wanted = (finished < quota)[ends.copies]
                 returns.append(ends.returns[wanted])
                 lengths.append(ends.lengths[wanted])
+                for key, info in ends.infos.items():
+                    env_info.setdefault(key, []).append(info.total[wanted])
                 finished += ends.copies.long()
                 if recording and bool(ends.copies[0]):
                     frames, recording = env.stop_recording(), False
     finally:
         if recording:
             env.stop_recording()
-    return Episodes(torch.cat(returns).cpu(), torch.cat(lengths).cpu(), frames)
+    return Episodes(torch.cat(returns).cpu(), torch.cat(lengths).cpu(), frames,
+                    {key: torch.cat(totals).cpu() for key, totals in env_info.items()})
 
 
 def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Sequence[str],
-              teams: Mapping[str, Sequence[str]], timestep: int, *, outcomes: bool = False) -> Dict[str, Any]:
+              teams: Mapping[str, Sequence[str]], timestep: int, *, outcomes: bool = False,
+              env_info: Optional[Mapping[str, torch.Tensor]] = None) -> Dict[str, Any]:
     """The evaluation report: per agent, per team (mean and standard deviation over episodes of the
     team's mean return) and, at the top level, the single team's figures, or where no team played (fixed
     policies in every seat) those of the mean return over every seat; several teams are never averaged
     together. With
-    ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0).
+    ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0). With
+    ``env_info`` (per entry of the env's ``info_keys``, its sum over each episode), each agent's mean of
+    those sums.
     """
     column = {uid: i for i, uid in enumerate(possible_agents)}
     per_agent = dict(zip(possible_agents, returns.mean(dim=0).tolist()))
@@ -97,6 +106,9 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
             "returns": {uid: per_agent[uid] for uid in uids},
             "mean_length": report["mean_length"],
         }
+    if env_info:
+        report["env_info"] = {key: dict(zip(possible_agents, totals.mean(dim=0).tolist()))
+                              for key, totals in env_info.items()}
     if outcomes:
         report["outcomes"] = {uid: {"win": float((returns[:, i] > 0).float().mean()),
                                     "draw": float((returns[:, i] == 0).float().mean()),

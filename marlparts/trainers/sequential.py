@@ -226,7 +226,9 @@ class SequentialTrainer(Trainer):
             teams played (their returns are never averaged together);
             ``"videos"`` lists the video files written. For turn-based envs (``env.turn_based``),
             ``"outcomes"`` gives each seat's ``"win"``, ``"draw"`` and ``"loss"`` rates (episode return
-            > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. The dict is also
+            > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. Where the env carries
+            ``info_keys``, ``"env_info"`` gives, per key, each agent's mean over the episodes of the key's
+            sum over the episode. The dict is also
             written to ``evaluation.json`` in each algorithm's experiment folder.
         """
         env = self._evaluation_env()
@@ -252,8 +254,9 @@ class SequentialTrainer(Trainer):
                  for team, agent in zip(self.teams, self.agents)}
         # under torchrun every rank evaluates its own copies and every rank gets the same report of all episodes
         returns, lengths = all_gather_tensors(collected.returns), all_gather_tensors(collected.lengths)
+        env_info = {key: all_gather_tensors(totals) for key, totals in collected.env_info.items()}
         report = summarise(returns, lengths, env.possible_agents, {team: uids for team, uids in teams.items() if uids},
-                           timestep, outcomes=bool(getattr(env, "turn_based", False)))
+                           timestep, outcomes=bool(getattr(env, "turn_based", False)), env_info=env_info)
         report["opponents"] = list(fixed)
         if collected.frames is not None:
             report["videos"] = self._write_videos(collected.frames, timestep)
