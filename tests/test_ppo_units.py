@@ -280,3 +280,16 @@ def test_a_masked_mean_of_small_half_precision_values_does_not_round_to_zero():
     assert masked_mean(values, mask).item() == pytest.approx(1e-3, rel=1e-3)
     # rows b * 4 + k: members 0 and 2 have no active row (mean 0), members 1 and 3 a mean of 1e-3
     assert masked_mean(values, mask, model_sets=4).item() == pytest.approx(5e-4, rel=1e-3)
+
+
+def test_an_annealed_entropy_scale_moves_linearly_to_its_final_value_over_the_run(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=None), num_envs=2, seed=0)
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path),
+                        cfg={"entropy_loss_scale": 0.01, "final_entropy_loss_scale": 0.002})
+    (group,) = agent.groups
+    assert agent.loss_settings(group)["entropy_loss_scale"] == 0.01  # before the first update
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 16, "disable_progressbar": True}).train()
+    assert agent.run_progress == 15 / 16  # the last update came at step 15 of 16
+    assert agent.loss_settings(group)["entropy_loss_scale"] == pytest.approx(0.01 + (0.002 - 0.01) * 15 / 16)
+    constant = build_mappo(env, rollouts=4, directory=str(tmp_path))
+    assert constant.loss_settings(constant.groups[0]) is constant.groups[0].cfg

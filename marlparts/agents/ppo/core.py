@@ -45,6 +45,7 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "value_clip": 0.2,                    # clipping of the predicted value around the stored one (per agent allowed)
     "clip_predicted_values": True,        # (per agent allowed)
     "entropy_loss_scale": 0.01,           # (per agent allowed)
+    "final_entropy_loss_scale": None,     # the entropy scale at the run's last step, reached linearly (None: constant)
     "value_loss_scale": 1.0,              # (per agent allowed)
     "kl_threshold": 0.0,                  # stop the epochs early past this KL (0: never)
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
@@ -88,6 +89,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         if self.USES_STATE and self.state_spaces is None:
             raise ValueError(f"{type(self).__name__} needs `state_spaces` (the global state of env.state_spaces)")
         self._check_groups()
+        self.run_progress = 0.0  # the fraction of the run done at the last update (for annealed settings)
         if self.cfg["stack_models"]:
             self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings)
         for group in self.groups:
@@ -390,7 +392,18 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                           advantages=batch["advantages"].flatten(0, 1), entropy=outputs["entropy"],
                           predicted=predicted.flatten(0, 1), targets=batch["value_targets"].flatten(0, 1),
                           old_values=batch["old_values"].flatten(0, 1), active=batch["active"].flatten(0, 1),
-                          cfg=group.cfg, model_sets=group.model_sets)
+                          cfg=self.loss_settings(group), model_sets=group.model_sets)
+
+    def loss_settings(self, group: AgentGroup) -> Mapping[str, Any]:
+        """The settings :func:`~marlparts.agents.ppo.losses.ppo_losses` reads for ``group``: its config, with the
+        entropy scale of this point of the run where ``final_entropy_loss_scale`` anneals it (linearly, from
+        ``entropy_loss_scale`` at the start to the final scale at the run's last step).
+        """
+        final = self.cfg["final_entropy_loss_scale"]
+        if final is None:
+            return group.cfg
+        start = group.cfg["entropy_loss_scale"]
+        return {**group.cfg, "entropy_loss_scale": start + (final - start) * self.run_progress}
 
     def minibatch_indexes(self) -> List[torch.Tensor]:
         """The indexes of one epoch's minibatches (:meth:`group_losses` reads them), shuffled."""
@@ -405,6 +418,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         3. early stop past ``kl_threshold``; learning-rate schedule;
         4. the preprocessors and value normalisers take in the rollout's statistics.
         """
+        self.run_progress = min(timestep / timesteps, 1.0) if timesteps else 0.0
         self.compute_advantages()
         epochs: List[Dict[str, float]] = []
         for _ in range(self.cfg["learning_epochs"]):

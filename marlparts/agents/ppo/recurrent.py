@@ -241,7 +241,8 @@ class RecurrentPPOMixin:
                           old_log_prob=batch["log_prob"].flatten(0, 2), advantages=batch["advantages"].flatten(0, 2),
                           entropy=torch.stack(entropies, dim=1).flatten(0, 2), predicted=predicted.flatten(0, 2),
                           targets=batch["value_targets"].flatten(0, 2), old_values=batch["old_values"].flatten(0, 2),
-                          active=batch["active"].flatten(0, 2), cfg=group.cfg, model_sets=group.model_sets)
+                          active=batch["active"].flatten(0, 2), cfg=self.loss_settings(group),
+                          model_sets=group.model_sets)
 
 
 class RecurrentMAPPO(RecurrentPPOMixin, MAPPO):
