@@ -59,8 +59,18 @@ def test_info_keys_must_be_names():
         wrap_env(lambda: CountingEnv(), info_keys="kills")
 
 
-def test_evaluation_reports_each_agent_s_mean_of_the_env_s_figures():
+def test_evaluation_reports_each_agent_s_mean_of_the_env_s_figures(tmp_path):
     env = wrap_env(lambda: TupleSpacesEnv(limit=3, masks=True), num_envs=2, info_keys=["t"])
-    agent = build_mappo(env, rollouts=3, directory="", cfg={"experiment": {"write_interval": 0}})
+    agent = build_mappo(env, rollouts=3, directory=str(tmp_path))
     report = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True}).eval(episodes=4)
     assert report["env_info"] == {"t": {"agent_0": 6.0, "agent_1": 6.0}}
+
+
+def test_the_last_value_of_an_agent_that_left_early_is_the_one_of_the_step_it_left(tmp_path):
+    env = wrap_env(lambda: TupleSpacesEnv(limit=4, per_agent_done=True, leave_at=2, masks=True), info_keys=["t"])
+    callback = StepCounts()
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path))
+    SequentialTrainer(env=env, agents=agent, callbacks=[callback], cfg={"timesteps": 4, "disable_progressbar": True}).train()
+    (infos,) = callback.received
+    assert infos["t"].last.tolist() == [[4.0, 2.0]]  # agent_1 left at step 2
+    assert infos["t"].total.tolist() == [[10.0, 3.0]]  # 1 + 2 + 3 + 4; agent_1's infos stop after it left

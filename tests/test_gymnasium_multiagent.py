@@ -161,3 +161,50 @@ def test_lbf_and_rware_step_with_random_actions_and_end_episodes(name, agents, l
     assert infos["episode_end"].all() and step <= limit
     if step == limit:  # ended by the step limit: a truncation
         assert all(flag for flag in flags(truncated).values() for flag in flag)
+
+
+class OldGymTimeLimit(TupleSpacesEnv):
+    """gym's old TimeLimit: ``done`` and ``info["TimeLimit.truncated"]`` at step 3, before the env's own end."""
+
+    def step(self, actions):
+        observations, rewards, done, info = super().step(actions)
+        if self.t >= 3:
+            info = {**info, "TimeLimit.truncated": not done}
+            done = True
+        return observations, rewards, done, info
+
+
+class ResetWithoutInfo(TupleSpacesEnv):
+    """An older env whose reset returns the observations only."""
+
+    def reset(self, seed=None, options=None):
+        return super().reset(seed=seed)[0]
+
+
+def test_a_time_limit_of_old_gym_is_a_truncation_not_a_termination():
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(OldGymTimeLimit(limit=100, old_api=True), time_limit=None))
+    env.reset()
+    for _ in range(3):
+        _, _, terminated, truncated, infos = env.step(actions_of(env, 0))
+    assert infos["episode_end"].all()
+    assert flags(terminated) == {"agent_0": [False], "agent_1": [False]}
+    assert flags(truncated) == {"agent_0": [True], "agent_1": [True]}
+
+
+def test_a_longer_registered_time_limit_does_not_hide_the_env_s_own():
+    pytest.importorskip("lbforaging")
+    longer = gymnasium.make("Foraging-8x8-2p-2f-coop-v3", max_episode_steps=100)  # LBF still ends at its own 50
+    assert env_time_limit(longer) == 50
+    env = wrap_env(longer, seed=0)
+    env.reset()
+    for step in range(1, 51):
+        _, _, terminated, truncated, infos = env.step(actions_of(env, 0))  # no-ops: nothing is ever collected
+        assert bool(infos["episode_end"].all()) == (step == 50)
+    assert flags(truncated) == {"agent_0": [True], "agent_1": [True]}
+    assert flags(terminated) == {"agent_0": [False], "agent_1": [False]}
+
+
+def test_a_reset_that_returns_only_the_observations_of_two_agents_is_read_as_such():
+    env = wrap_env(lambda: GymnasiumMultiAgentEnv(ResetWithoutInfo(), time_limit=None))
+    observations, _ = env.reset()
+    assert observations["agent_1"].tolist() == [[0.0, 1.0]]

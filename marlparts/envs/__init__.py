@@ -17,7 +17,8 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
 
     - PettingZoo Parallel envs, including the MPE tasks of ``mpe2``, and AEC envs (turn-based games: one
       move per step): an instance or a factory of one copy; see :class:`PettingZooParallelWrapper`
-      (``num_envs``, ``workers``, ``seed``, ``device``, ``state_source``, ``check_finite``);
+      (``num_envs``, ``workers``, ``seed``, ``device``, ``state_source``, ``check_finite``,
+      ``max_env_failures``, ``info_keys``);
     - Gymnasium multi-agent envs with ``Tuple`` spaces and per-agent reward lists (``lbforaging``,
       ``rware``), stepped as PettingZoo Parallel envs through :class:`GymnasiumMultiAgentEnv`, with the same
       options;

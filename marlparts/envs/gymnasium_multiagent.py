@@ -38,20 +38,16 @@ def is_gymnasium_multi_agent(env: Any) -> bool:
 
 
 def env_time_limit(env: Any) -> Optional[int]:
-    """The step limit of ``env``'s episodes as its registration says: ``spec.max_episode_steps`` (Gymnasium's
-    ``TimeLimit``) or a ``max_episode_steps`` / ``max_steps`` entry of ``spec.kwargs`` (the env's own limit,
-    as LBF and RWARE register it); None when the spec says nothing.
+    """The step limit of ``env``'s episodes as its registration says: the smallest of ``spec.max_episode_steps``
+    (Gymnasium's ``TimeLimit``) and the ``max_episode_steps`` / ``max_steps`` entries of ``spec.kwargs`` (the
+    env's own limit, as LBF and RWARE register it); None when the spec says nothing.
     """
     spec = getattr(env, "spec", None)
     if spec is None:
         return None
-    if spec.max_episode_steps is not None:
-        return int(spec.max_episode_steps)
-    for key in TIME_LIMIT_KWARGS:
-        value = (spec.kwargs or {}).get(key)
-        if value is not None:
-            return int(value)
-    return None
+    limits = [int(spec.max_episode_steps)] if spec.max_episode_steps is not None else []
+    limits += [int(value) for key in TIME_LIMIT_KWARGS if (value := (spec.kwargs or {}).get(key)) is not None]
+    return min(limits) if limits else None
 
 
 def _per_agent_flags(value: Any, count: int, what: str) -> np.ndarray:
@@ -66,8 +62,9 @@ def _per_agent_flags(value: Any, count: int, what: str) -> np.ndarray:
 
 
 def idle_action(space: gymnasium.Space) -> Any:
-    """The action sent for an agent whose episode has ended while the others play on: action 0 (the
-    no-op of LBF and RWARE) for integer spaces, zeros clipped into the bounds for ``Box`` spaces.
+    """The action sent for an agent whose episode has ended while the others play on: the first action of
+    integer spaces (0 unless the space has a start; the no-op of LBF and RWARE), zeros clipped into the
+    bounds for ``Box`` spaces.
     """
     if isinstance(space, gymnasium.spaces.Discrete):
         return int(space.start)
@@ -85,7 +82,8 @@ class GymnasiumMultiAgentEnv:
     Agent ``i`` is named ``agent_i``. ``step`` accepts each convention these envs use:
 
     - ``(obs, rewards, terminated, truncated, info)`` (Gymnasium) or ``(obs, rewards, done, info)``
-      (gym before 0.26, where ``info["TimeLimit.truncated"]`` marks a time limit);
+      (the step of gym before 0.26, spaces from ``gymnasium``; ``info["TimeLimit.truncated"]`` marks a
+      time limit, which is then a truncation and not a termination);
     - rewards as a list with one entry per agent, or one number shared by all agents;
     - ``done``/``terminated``/``truncated`` as one bool or as one per agent. An agent whose flag is set
       leaves ``agents`` (the env then receives :func:`idle_action` for it until the episode ends); the
@@ -103,13 +101,15 @@ class GymnasiumMultiAgentEnv:
     The global state is ``env.state()`` where the env has one; otherwise ``state()`` raises
     ``NotImplementedError`` and the batched wrapper concatenates the observations.
 
-    The env's ``info`` is split per agent: an entry holding a list or tuple with one value per agent
-    gives agent ``i`` its ``i``-th value, any other entry goes to every agent.
+    The env's ``info`` is split per agent: an entry holding a list, tuple or array with one value per agent
+    (its length is the number of agents) gives agent ``i`` its ``i``-th value; any other entry goes to every
+    agent (a team-level figure then appears once per agent).
 
     Args:
         env: the Gymnasium env (``gymnasium.make("Foraging-8x8-2p-2f-coop-v3")``).
         time_limit: the step at which episodes end as truncated; ``"auto"`` reads it from the env's
-            spec (:func:`env_time_limit`), None treats every end as a termination.
+            spec (:func:`env_time_limit`), None treats every end as a termination. An env built without
+            ``gymnasium.make`` has no spec: pass its limit here.
         action_masks: a function of the env returning one boolean mask per agent (True: allowed), for
             envs that expose valid actions in their own way.
     """
@@ -149,7 +149,8 @@ class GymnasiumMultiAgentEnv:
     def reset(self, seed: Optional[int] = None, options: Optional[dict] = None) -> Tuple[Dict[str, Any], Dict[str, Any]]:
         """Reset the env; every agent plays. Returns ``(observations, infos)`` keyed by agent id."""
         result = self.env.reset(seed=seed, options=options)
-        observations, info = result if isinstance(result, tuple) and len(result) == 2 else (result, {})
+        returns_info = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], dict)
+        observations, info = result if returns_info else (result, {})
         self.agents = list(self.possible_agents)
         self._steps = 0
         return self._by_agent(observations, "observations"), self._agent_infos(info, self.agents)
@@ -165,9 +166,10 @@ class GymnasiumMultiAgentEnv:
         result = self.env.step(joint)
         if len(result) == 5:
             observations, rewards, terminated, truncated, info = result
-        elif len(result) == 4:
+        elif len(result) == 4:  # gym's done: a time limit marks it in the info, and is a truncation only
             observations, rewards, terminated, info = result
             truncated = bool((info or {}).get("TimeLimit.truncated", False))
+            terminated = np.asarray(terminated, dtype=bool) & (not truncated)
         else:
             raise ValueError(f"the env's step() returned {len(result)} values; expected (obs, rewards, terminated, "
                              "truncated, info) or (obs, rewards, done, info)")
@@ -230,7 +232,8 @@ class GymnasiumMultiAgentEnv:
         count = len(self.possible_agents)
         infos: Dict[str, Dict[str, Any]] = {uid: {} for uid in uids}
         for key, value in info.items():
-            per_agent = isinstance(value, (list, tuple)) and len(value) == count
+            per_agent = ((isinstance(value, (list, tuple)) and len(value) == count)
+                         or (isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == count))
             for uid in uids:
                 infos[uid][key] = value[self._index[uid]] if per_agent else value
         masks = self._masks(info)

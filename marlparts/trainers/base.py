@@ -17,8 +17,9 @@ from marlparts.utils.seeding import OPPONENT_STREAM, TRAINING_STREAM, derived_se
 
 class EpisodeInfo(NamedTuple):
     """One entry of the env's infos over the episodes that ended at a step, each ``(ended, num_agents)``:
-    ``total``, its values summed over the episode's steps (deliveries, kills); ``last``, its value at the
-    episode's last step (a final score, a success flag).
+    ``total``, its values summed over the episode's steps (deliveries, kills); ``last``, its value at each
+    agent's last step of the episode (a final score, a success flag), for an agent that left early the
+    step it left.
     """
 
     total: torch.Tensor
@@ -63,6 +64,8 @@ class EpisodeStatistics:
         self._no_drops = torch.zeros(num_envs, dtype=torch.bool, device=device)
         self._no_drop_lengths = torch.zeros(num_envs, dtype=torch.long, device=device)
         self.info_totals: Dict[str, torch.Tensor] = {}  # per entry of the env's infos: sums (num_envs, agents)
+        self.info_last: Dict[str, torch.Tensor] = {}  # and the value at each agent's last step so far
+        self.agents_done = torch.zeros(num_envs, len(self.possible_agents), dtype=torch.bool, device=device)
 
     def step(self, rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
              truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> EpisodeEnds:
@@ -76,6 +79,11 @@ class EpisodeStatistics:
             for key, values in env_info.items():
                 total = self.info_totals.get(key)
                 self.info_totals[key] = values.to(self.returns.dtype, copy=True) if total is None else total + values
+                last = self.info_last.get(key)  # agents that left earlier keep the value of the step they left
+                self.info_last[key] = values.to(self.returns.dtype, copy=True) if last is None else \
+                    torch.where(self.agents_done, last, values)
+            self.agents_done |= stack_agents(terminated, self.possible_agents).squeeze(-1) | \
+                stack_agents(truncated, self.possible_agents).squeeze(-1)
         ended = infos.get("episode_end") if infos else None
         if ended is None:
             done = stack_agents(terminated, self.possible_agents) | stack_agents(truncated, self.possible_agents)
@@ -91,8 +99,8 @@ class EpisodeStatistics:
             dropped, dropped_lengths = self._no_drops, self._no_drop_lengths
             if not ended.any():
                 return EpisodeEnds(ended, self._no_returns, self._no_lengths, dropped, dropped_lengths, False)
-        episode_infos = {key: EpisodeInfo(self.info_totals[key][ended].clone(), values[ended].clone())
-                         for key, values in (env_info or {}).items()}
+        episode_infos = {key: EpisodeInfo(self.info_totals[key][ended].clone(), self.info_last[key][ended].clone())
+                         for key in (env_info or {})}
         finished = EpisodeEnds(ended, self.returns[ended].clone(), self.lengths[ended].clone(), dropped,
                                dropped_lengths, any_dropped, episode_infos)
         over = ended | dropped if any_dropped else ended
@@ -100,6 +108,7 @@ class EpisodeStatistics:
         self.lengths[over] = 0
         for total in self.info_totals.values():
             total[over] = 0.0
+        self.agents_done[over] = False
         return finished
 
     def reset(self) -> None:
@@ -107,6 +116,8 @@ class EpisodeStatistics:
         self.returns.zero_()
         self.lengths.zero_()
         self.info_totals.clear()
+        self.info_last.clear()
+        self.agents_done.zero_()
 
 
 def team_names(agents: Sequence[MultiAgent]) -> List[str]:
