@@ -10,6 +10,7 @@ from marlparts.trainers.opponents import random_team
 from tests.toy_envs import LeaveBeforeTheStormEnv
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("algorithm, seed", [("mappo", 1), ("ippo", 2)])
 def test_an_agent_learns_when_to_leave_and_the_one_that_stays_plays_on(algorithm, seed, tmp_path):
     torch.manual_seed(seed)

@@ -59,6 +59,7 @@ def test_squashed_gaussian_log_prob_matches_the_transformed_distribution():
     assert torch.allclose(outputs["mean_actions"], low + (torch.tanh(mean) + 1) * (high - low) / 2)
 
 
+@pytest.mark.learning
 def test_masac_learns_a_continuous_reward_and_tunes_its_temperature():
     # the reward is the first action component in [-1, 1]: the best 5-step return is 5
     set_seed(0)

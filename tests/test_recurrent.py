@@ -76,6 +76,7 @@ def success_rate(env, agent, steps):
     return (trainer.eval(episodes=200)["mean_return"] + 1) / 2  # the return is +1 or -1 per agent
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
 def test_recurrent_policies_remember_the_cue_and_feed_forward_ones_cannot(algorithm):
     set_seed(0)

@@ -81,6 +81,7 @@ def test_the_action_of_an_agent_that_waits_is_ignored():
     assert float(rewards["caller"]) == 1.0 and float(rewards["answerer"]) == 1.0  # the call was 1, answered 1
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("algorithm, seed", [("ippo", 1), ("ippo", 2), ("mappo", 3)])
 def test_the_caller_learns_from_a_reward_that_reaches_it_while_it_waits(algorithm, seed, tmp_path):
     torch.manual_seed(seed)

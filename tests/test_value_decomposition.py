@@ -54,6 +54,7 @@ def test_the_qmix_mixer_is_monotonic_in_every_agents_value():
 
 
 # budgets: one-step QMIX keeps 1500 steps (1000 fell below the bar once); VDN and 3-step QMIX score 15 from 500 on
+@pytest.mark.learning
 @pytest.mark.parametrize("algorithm,n_step,timesteps", [(QMIX, 1, 1500), (VDN, 1, 800), (QMIX, 3, 800)])
 def test_value_decomposition_learns_the_best_action(algorithm, n_step, timesteps):
     # every step rewards the action taken (0..3): the best team return per agent is 15, random 7.5
@@ -129,6 +130,7 @@ def test_bad_input_is_named():
     assert isinstance(build(discrete, VDN, with_state=False), VDN)  # a sum needs no state
 
 
+@pytest.mark.learning
 def test_the_worked_example_of_the_docs_learns(tmp_path):
     import importlib.util
     import pathlib
