@@ -2,12 +2,12 @@
 
 import pytest
 import torch
-
-from marlparts.envs import wrap_env
-from marlparts.trainers import Callback, SequentialTrainer
 from helpers import build_mappo
 from test_tracking import read_scalars
 from toy_envs import CountingEnv, TupleSpacesEnv
+
+from marlparts.envs import wrap_env
+from marlparts.trainers import Callback, SequentialTrainer
 
 
 class StepCounts(Callback):

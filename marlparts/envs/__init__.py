@@ -36,4 +36,5 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
     return PettingZooParallelWrapper(env, **kwargs)
 
 
-__all__ = ["EnvCopyError", "GymnasiumMultiAgentEnv", "IsaacLabWrapper", "MultiAgentEnv", "PettingZooParallelWrapper", "VmasWrapper", "wrap_env"]
+__all__ = ["EnvCopyError", "GymnasiumMultiAgentEnv", "IsaacLabWrapper", "MultiAgentEnv", "PettingZooParallelWrapper",
+           "VmasWrapper", "wrap_env"]

@@ -43,7 +43,8 @@ class PettingZooParallelWrapper(MultiAgentEnv):
 
     Args:
         env: a factory that builds one copy (``lambda: simple_spread_v3.parallel_env()``,
-            ``lambda: tictactoe_v3.env()``, ``lambda: gymnasium.make("rware-tiny-2ag-v2")``), or an env instance when ``num_envs`` is 1 and ``workers`` is 0.
+            ``lambda: tictactoe_v3.env()``, ``lambda: gymnasium.make("rware-tiny-2ag-v2")``), or an env instance
+            when ``num_envs`` is 1 and ``workers`` is 0.
         num_envs: number of copies stepped together.
         workers: 0 to step the copies in this process; ``k > 0`` to split them over ``k``
             worker processes that step in parallel and write into shared memory.
