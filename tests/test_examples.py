@@ -132,3 +132,10 @@ def test_gymnasium_multi_agent_example_runs_as_it_stands(path, package, tmp_path
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 1600 env steps" in done.stdout and "greedy evaluation over 4 episodes" in done.stdout
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
+
+
+@pytest.mark.parametrize("name", ["simple_spread_happo", "simple_speaker_listener_happo"])
+def test_happo_example_runs_as_it_stands(name, tmp_path):
+    output = run_example(name, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
+    assert "greedy evaluation over 8 episodes: mean return" in output
+    assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1

@@ -8,6 +8,7 @@ from marlparts.agents.off_policy.matd3 import MATD3, MATD3_DEFAULT_CONFIG
 from marlparts.agents.off_policy.qmix import QMIX, QMIX_DEFAULT_CONFIG
 from marlparts.agents.off_policy.vdn import VDN, VDN_DEFAULT_CONFIG
 from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
+from marlparts.agents.ppo.happo import HAPPO, HAPPO_DEFAULT_CONFIG
 from marlparts.agents.ppo.ippo import IPPO, IPPO_DEFAULT_CONFIG
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.agents.ppo.recurrent import (
@@ -18,8 +19,9 @@ from marlparts.agents.ppo.recurrent import (
 )
 
 __all__ = [
-    "IPPO", "IPPO_DEFAULT_CONFIG", "MADDPG", "MADDPG_DEFAULT_CONFIG", "MAPPO", "MAPPO_DEFAULT_CONFIG", "MASAC",
-    "MASAC_DEFAULT_CONFIG", "MATD3", "MATD3_DEFAULT_CONFIG", "MultiAgent", "MultiAgentPPO", "OFF_POLICY_DEFAULT_CONFIG",
-    "OffPolicyMultiAgent", "PPO_DEFAULT_CONFIG", "QMIX", "QMIX_DEFAULT_CONFIG", "RECURRENT_IPPO_DEFAULT_CONFIG",
-    "RECURRENT_MAPPO_DEFAULT_CONFIG", "RecurrentIPPO", "RecurrentMAPPO", "VDN", "VDN_DEFAULT_CONFIG",
+    "HAPPO", "HAPPO_DEFAULT_CONFIG", "IPPO", "IPPO_DEFAULT_CONFIG", "MADDPG", "MADDPG_DEFAULT_CONFIG", "MAPPO",
+    "MAPPO_DEFAULT_CONFIG", "MASAC", "MASAC_DEFAULT_CONFIG", "MATD3", "MATD3_DEFAULT_CONFIG", "MultiAgent", "MultiAgentPPO",
+    "OFF_POLICY_DEFAULT_CONFIG", "OffPolicyMultiAgent", "PPO_DEFAULT_CONFIG", "QMIX", "QMIX_DEFAULT_CONFIG",
+    "RECURRENT_IPPO_DEFAULT_CONFIG", "RECURRENT_MAPPO_DEFAULT_CONFIG", "RecurrentIPPO", "RecurrentMAPPO", "VDN",
+    "VDN_DEFAULT_CONFIG",
 ]

@@ -1,0 +1,119 @@
+"""Heterogeneous-Agent PPO (Kuba et al., 2022): one policy per agent, updated one agent after another."""
+
+from typing import Any, List
+
+import torch
+
+from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
+from marlparts.resources.schedulers import KLAdaptiveLR
+from marlparts.utils.config import Config
+
+HAPPO_DEFAULT_CONFIG: Config = MAPPO_DEFAULT_CONFIG.copy()
+HAPPO_DEFAULT_CONFIG["stack_models"] = False  # each agent's policy is stepped on its own, in turn
+
+
+class HAPPO(MAPPO):
+    """HAPPO: MAPPO's centralised critic, and one policy per agent updated sequentially.
+
+    At each update the agents are taken in a new random order. Agent ``i_m`` is trained with PPO's
+    clipped surrogate on its advantage weighted by ``M``, the product over the agents updated before it
+    of their probability ratios ``pi_new(a|o) / pi_old(a|o)`` on the rollout's samples; then ``M`` takes in
+    its own ratio. The critic is trained afterwards on the value loss alone. Agents must not share a
+    policy (build one ``Policy`` per agent); the critic may be shared. See :class:`MAPPO` for the critic
+    options and :class:`~marlparts.agents.ppo.core.MultiAgentPPO` for what the update shares with PPO.
+    """
+
+    DEFAULT_CONFIG = HAPPO_DEFAULT_CONFIG
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        shared = [group.uids for group in self.groups if group.size > 1]
+        if shared:
+            raise ValueError(f"HAPPO updates one agent's policy after another, so agents may not share a policy; "
+                             f"these agents share one: {shared}. Build one policy per agent (and keep "
+                             f"cfg['stack_models'] False)")
+
+    def update(self, timestep: int, timesteps: int) -> None:
+        """HAPPO update on the rollout just collected.
+
+        1. advantages and returns by GAE (as MAPPO);
+        2. ``M = 1``; for each agent in a random order: PPO epochs on its policy with advantages ``M * A``,
+           then ``M *= pi_new / pi_old`` of that agent on every sample;
+        3. the critic's epochs on the value loss;
+        4. the preprocessors and value normalisers take in the rollout's statistics.
+        """
+        self.run_progress = min(timestep / timesteps, 1.0) if timesteps else 0.0
+        self.compute_advantages()
+        factor = torch.ones(len(self.groups[0].memory), device=self.device)
+        policy_metrics: List[dict] = []
+        for group in self.update_order():
+            policy_metrics += self.train_policy(group, factor)
+            factor = factor * self.probability_ratios(group)
+        value_metrics = self.train_critics()
+        self.update_preprocessors()
+        kl = _mean(policy_metrics, "kl")
+        for record in self.trained:
+            if record.scheduler is not None:
+                record.scheduler.step(kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
+        metrics = {"Loss / policy": _mean(policy_metrics, "policy"), "Loss / value": _mean(value_metrics, "value"),
+                   "Policy / entropy": _mean(policy_metrics, "entropy_value"), "Policy / KL": kl}
+        for record in self.trained:
+            metrics.update({f"Learning rate / {name}": rate for name, rate in record.learning_rates().items()})
+        self.report_update(metrics)
+
+    def update_order(self) -> List[AgentGroup]:
+        """The groups (one agent each) in a fresh random order."""
+        return [self.groups[i] for i in torch.randperm(len(self.groups)).tolist()]
+
+    def train_policy(self, group: AgentGroup, factor: torch.Tensor) -> List[dict]:
+        """PPO epochs on ``group``'s policy with its stored advantages weighted by ``factor`` (one per sample)."""
+        memory = group.memory
+        advantages = memory.get_tensor_by_name("advantages").clone()
+        memory.set_tensor_by_name("advantages", advantages * factor.view(advantages.shape[:2] + (1, 1)))
+        metrics: List[dict] = []
+        try:
+            for _ in range(self.cfg["learning_epochs"]):
+                epoch = []
+                for indexes in self.minibatch_indexes():
+                    with self.autocast():
+                        losses = self.group_losses(group, indexes)
+                    self.optimize([group.trained["policy"]], losses["policy"] + losses["entropy"])
+                    epoch.append({key: float(value.detach()) for key, value in losses.items()})
+                metrics += epoch
+                if self.cfg["kl_threshold"] and _mean(epoch, "kl") > self.cfg["kl_threshold"]:
+                    break
+        finally:
+            memory.set_tensor_by_name("advantages", advantages)
+        return metrics
+
+    @torch.no_grad()
+    def probability_ratios(self, group: AgentGroup) -> torch.Tensor:
+        """``pi_new(a|o) / pi_old(a|o)`` of ``group``'s agent on every stored sample (1 where it was inactive)."""
+        memory = group.memory
+        names = ["observations", "actions", "log_prob", "active"] + (["action_mask"] if self._has_action_mask else [])
+        stored = {name: memory.get_tensor_by_name(name, keepdim=False) for name in names}
+        inputs = {"observations": self._policy_inputs(group, stored["observations"]),
+                  "taken_actions": stored["actions"].flatten(0, 1)}
+        if self._has_action_mask:
+            inputs["action_mask"] = stored["action_mask"].flatten(0, 1)
+        _, log_prob, _ = group.models["policy"].act(inputs, role="policy")
+        ratios = (log_prob.reshape(-1) - stored["log_prob"].reshape(-1)).exp()
+        return torch.where(stored["active"].reshape(-1), ratios, torch.ones_like(ratios))
+
+    def train_critics(self) -> List[dict]:
+        """The critic's epochs: the value loss of every agent, one step per distinct critic per minibatch."""
+        critics = list({id(group.trained["value"]): group.trained["value"] for group in self.groups}.values())
+        metrics = []
+        for _ in range(self.cfg["learning_epochs"]):
+            for indexes in self.minibatch_indexes():
+                with self.autocast():
+                    losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+                self.optimize(critics, losses["value"])
+                metrics.append({"value": float(losses["value"].detach())})
+        return metrics
+
+
+def _mean(metrics: List[dict], key: str) -> float:
+    """The mean of ``key`` over a list of per-minibatch metrics (0 for none)."""
+    return sum(entry[key] for entry in metrics) / max(len(metrics), 1)

@@ -1,0 +1,86 @@
+"""HAPPO: one policy per agent, updated in a random order on advantages weighted by the earlier agents' ratios."""
+
+import pytest
+import torch
+from helpers import Policy, Value
+from mpe2 import simple_spread_v3
+
+from marlparts.agents import HAPPO, HAPPO_DEFAULT_CONFIG
+from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
+
+
+class AdvantageSpy(HAPPO):
+    """Keeps, per agent, the stored advantages its policy's losses read at the first minibatch of an update."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seen = {}
+
+    def group_losses(self, group, indexes):
+        self.seen.setdefault(group.uids[0], group.memory.get_tensor_by_name("advantages").clone())
+        return super().group_losses(group, indexes)
+
+
+def build(env, directory, *, algorithm=HAPPO, share_policy=False, cfg=None):
+    value = Value(observation_space=env.state_space, output_size=env.num_agents)
+    shared = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    models = {uid: {"policy": shared if share_policy else Policy(observation_space=env.observation_space(uid),
+                                                                   action_space=env.action_space(uid)),
+                    "value": value} for uid in env.possible_agents}
+    config = HAPPO_DEFAULT_CONFIG.copy()
+    config.update({"rollouts": 5, "learning_epochs": 1, "mini_batches": 1, **(cfg or {})})
+    config["experiment"]["directory"] = directory
+    memories = {uid: RandomMemory(memory_size=config["rollouts"], num_envs=env.num_envs) for uid in env.possible_agents}
+    return algorithm(possible_agents=env.possible_agents, models=models, memories=memories,
+                     observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                     state_spaces=env.state_spaces, device=env.device, cfg=config)
+
+
+def log_probabilities(agent, uid):
+    """By hand: the log-probability of each stored action under the agent's policy as it is now."""
+    group = next(group for group in agent.groups if group.uids == [uid])
+    memory = group.memory
+    observations = memory.get_tensor_by_name("observations", keepdim=False).flatten(0, 1)
+    actions = memory.get_tensor_by_name("actions", keepdim=False).flatten(0, 1)
+    with torch.no_grad():
+        logits = group.models["policy"].net(observations)
+    return torch.log_softmax(logits, dim=-1).gather(1, actions).reshape(-1)
+
+
+def test_each_agent_learns_on_advantages_weighted_by_the_ratios_of_the_agents_updated_before_it(tmp_path):
+    set_seed(0)
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=2, seed=0)
+    agent = build(env, str(tmp_path), algorithm=AdvantageSpy, cfg={"learning_rate": 0.05})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    order = list(agent.seen)
+    assert sorted(order) == ["agent_0", "agent_1", "agent_2"]
+    factor = torch.ones(10)
+    for uid in order:
+        group = next(group for group in agent.groups if group.uids == [uid])
+        stored = group.memory.get_tensor_by_name("advantages")  # restored to the unweighted ones after the update
+        assert torch.allclose(agent.seen[uid].reshape(-1), stored.reshape(-1) * factor, atol=1e-6), uid
+        old = group.memory.get_tensor_by_name("log_prob").reshape(-1)
+        factor = factor * (log_probabilities(agent, uid) - old).exp()
+    assert not torch.allclose(factor, torch.ones(10))  # the policies moved: the weights are not all 1
+
+
+def test_the_order_of_the_agents_is_drawn_anew_at_each_update(tmp_path):
+    set_seed(1)
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=2, seed=0)
+    agent = build(env, str(tmp_path), algorithm=AdvantageSpy)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True})
+    orders = set()
+    for _ in range(8):
+        agent.seen = {}
+        trainer.train()
+        orders.add(tuple(agent.seen))
+    assert len(orders) > 1
+
+
+def test_agents_that_share_a_policy_are_refused_by_name(tmp_path):
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=2, seed=0)
+    with pytest.raises(ValueError, match=r"agents may not share a policy.*\['agent_0', 'agent_1', 'agent_2'\]"):
+        build(env, str(tmp_path), share_policy=True)
