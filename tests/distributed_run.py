@@ -1,6 +1,6 @@
 """A short data-parallel run for the torchrun tests: every rank saves what the test compares.
 
-    torchrun --standalone --nproc_per_node=2 distributed_run.py OUT [--different-spaces] [--algorithm maddpg]
+    torchrun --standalone --nproc_per_node=2 distributed_run.py OUT [--different-spaces] [--algorithm maddpg|happo]
 
 Each rank trains MAPPO (or MADDPG) on its own copies of CountingEnv, where every step rewards the
 action taken (0..3, so the best return of a 5-step episode is 15 and random actions score 7.5),
@@ -57,6 +57,13 @@ def main():
         env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=4, seed=0)
         agent = build(env, cfg={"observation_preprocessor": RunningStandardScaler})
         steps = 30
+    elif args.algorithm == "happo":  # a policy per agent, updated in an order every rank must share
+        from test_happo import build as build_happo
+
+        env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=4, seed=0)
+        agent = build_happo(env, os.path.join(args.out, "runs"),
+                            cfg={"observation_preprocessor": RunningStandardScaler, "learning_epochs": 2})
+        steps = 20
     else:
         kind = WiderCountingEnv if args.different_spaces and rank == 1 else CountingEnv
         env = wrap_env(lambda: kind(max_steps=5, leave_at=99), num_envs=8, seed=0)

@@ -41,6 +41,12 @@ def test_two_ranks_learn_keep_identical_parameters_and_statistics_and_only_rank_
     assert (folder / "evaluation.json").exists() and len(list(folder.glob("events.out.tfevents.*"))) == 1
 
 
+def test_two_happo_ranks_update_the_agents_in_the_same_order_and_stay_identical(tmp_path):
+    done = torchrun(tmp_path, "--algorithm", "happo")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_identical_ranks(tmp_path)
+
+
 def test_two_maddpg_ranks_keep_identical_parameters_and_statistics(tmp_path):
     done = torchrun(tmp_path, "--algorithm", "maddpg")
     assert done.returncode == 0, done.stderr[-3000:]

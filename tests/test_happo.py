@@ -24,12 +24,13 @@ class AdvantageSpy(HAPPO):
         return super().group_losses(group, indexes)
 
 
-def build(env, directory, *, algorithm=HAPPO, share_policy=False, cfg=None):
+def build(env, directory, *, algorithm=HAPPO, share_policy=False, own_critics=False, cfg=None):
     value = Value(observation_space=env.state_space, output_size=env.num_agents)
     shared = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
     models = {uid: {"policy": shared if share_policy else Policy(observation_space=env.observation_space(uid),
                                                                    action_space=env.action_space(uid)),
-                    "value": value} for uid in env.possible_agents}
+                    "value": Value(observation_space=env.state_space, output_size=env.num_agents) if own_critics
+                    else value} for uid in env.possible_agents}
     config = HAPPO_DEFAULT_CONFIG.copy()
     config.update({"rollouts": 5, "learning_epochs": 1, "mini_batches": 1, **(cfg or {})})
     config["experiment"]["directory"] = directory
@@ -80,7 +81,8 @@ def test_the_order_of_the_agents_is_drawn_anew_at_each_update(tmp_path):
     assert len(orders) > 1
 
 
-def test_agents_that_share_a_policy_are_refused_by_name(tmp_path):
+@pytest.mark.parametrize("own_critics", [False, True])
+def test_agents_that_share_a_policy_are_refused_by_name(own_critics, tmp_path):
     env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=2, seed=0)
-    with pytest.raises(ValueError, match=r"agents may not share a policy.*\['agent_0', 'agent_1', 'agent_2'\]"):
-        build(env, str(tmp_path), share_policy=True)
+    with pytest.raises(ValueError, match=r"may not share a policy.*\['agent_0', 'agent_1', 'agent_2'\]"):
+        build(env, str(tmp_path), share_policy=True, own_critics=own_critics)

@@ -15,7 +15,7 @@ from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import GaussianMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
-from marlparts.trainers import SequentialTrainer
+from marlparts.trainers import Callback, SequentialTrainer
 from marlparts.utils import set_seed, stack_agents
 
 
@@ -282,14 +282,51 @@ def test_a_masked_mean_of_small_half_precision_values_does_not_round_to_zero():
     assert masked_mean(values, mask, model_sets=4).item() == pytest.approx(5e-4, rel=1e-3)
 
 
-def test_an_annealed_entropy_scale_moves_linearly_to_its_final_value_over_the_run(tmp_path):
+class EntropyScales(Callback):
+    """The annealed entropy scale of the agent's first group after each update."""
+
+    def __init__(self):
+        self.scales = []
+
+    def on_update(self, agent, metrics):
+        self.scales.append(agent.loss_settings(agent.groups[0])["entropy_loss_scale"])
+
+
+def annealing_agent(env, directory, **cfg):
+    return build_mappo(env, rollouts=4, directory=directory,
+                       cfg={"entropy_loss_scale": 0.01, "final_entropy_loss_scale": 0.002,
+                            "entropy_annealing_timesteps": 16, **cfg})
+
+
+def test_an_annealed_entropy_scale_moves_linearly_over_its_steps_whatever_the_train_calls(tmp_path):
     env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=None), num_envs=2, seed=0)
-    agent = build_mappo(env, rollouts=4, directory=str(tmp_path),
-                        cfg={"entropy_loss_scale": 0.01, "final_entropy_loss_scale": 0.002})
-    (group,) = agent.groups
-    assert agent.loss_settings(group)["entropy_loss_scale"] == 0.01  # before the first update
-    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 16, "disable_progressbar": True}).train()
-    assert agent.run_progress == 15 / 16  # the last update came at step 15 of 16
-    assert agent.loss_settings(group)["entropy_loss_scale"] == pytest.approx(0.01 + (0.002 - 0.01) * 15 / 16)
+    expected = [0.01 + (0.002 - 0.01) * min(step / 16, 1.0) for step in (4, 8, 12, 16, 20, 24)]
+    whole, split = EntropyScales(), EntropyScales()
+    agent = annealing_agent(env, str(tmp_path / "whole"))
+    assert agent.loss_settings(agent.groups[0])["entropy_loss_scale"] == 0.01  # before the first update
+    SequentialTrainer(env=env, agents=agent, callbacks=[whole], cfg={"timesteps": 24, "disable_progressbar": True}).train()
+    agent = annealing_agent(env, str(tmp_path / "split"))
+    trainer = SequentialTrainer(env=env, agents=agent, callbacks=[split], cfg={"timesteps": 8, "disable_progressbar": True})
+    for _ in range(3):  # several train() calls continue one run
+        trainer.train()
+    assert whole.scales == pytest.approx(expected) and split.scales == pytest.approx(expected)
+    checkpoint = str(tmp_path / "at_24.pt")
+    agent.save(checkpoint)
+    resumed, scales = annealing_agent(env, str(tmp_path / "resumed")), EntropyScales()
+    resumed.load(checkpoint)
+    SequentialTrainer(env=env, agents=resumed, callbacks=[scales], cfg={"timesteps": 4, "disable_progressbar": True}).train()
+    assert scales.scales == pytest.approx([0.002])  # a resumed run goes on at the end of its annealing
+
+
+def test_annealing_needs_its_number_of_steps_and_takes_a_final_scale_per_agent(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=None), num_envs=2, seed=0)
+    with pytest.raises(ValueError, match="entropy_annealing_timesteps"):
+        build_mappo(env, directory=str(tmp_path), cfg={"final_entropy_loss_scale": 0.0})
+    agent = build_mappo(env, share=False, directory=str(tmp_path),
+                        cfg={"stack_models": False, "entropy_loss_scale": {"agent_0": 0.02, "agent_1": 0.01, "agent_2": 0.0},
+                             "final_entropy_loss_scale": {"agent_0": 0.0, "agent_1": 0.0, "agent_2": 0.0},
+                             "entropy_annealing_timesteps": 10})
+    agent.annealing_progress = 0.5
+    assert [agent.loss_settings(group)["entropy_loss_scale"] for group in agent.groups] == pytest.approx([0.01, 0.005, 0.0])
     constant = build_mappo(env, rollouts=4, directory=str(tmp_path))
     assert constant.loss_settings(constant.groups[0]) is constant.groups[0].cfg

@@ -93,6 +93,7 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> M
     cfg["discount_factor"] = 0.95  # a wasted step costs 5 %: greedy agents learn not to block each other
     cfg["entropy_loss_scale"] = 0.01  # explores until both agents find that food needs them together
     cfg["final_entropy_loss_scale"] = 0.0  # then lets the policy sharpen: greedy agents must not deadlock
+    cfg["entropy_annealing_timesteps"] = TIMESTEPS // env.num_envs  # over the whole run (main passes its own)
     cfg["observation_preprocessor"] = RunningStandardScaler
     cfg["state_preprocessor"] = RunningStandardScaler
     cfg["experiment"]["directory"] = directory
@@ -125,7 +126,7 @@ def main() -> None:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     set_seed(args.seed)
     env = make_env(args.env, args.num_envs, args.workers, args.seed)
-    agent = make_agent(env, args.directory)
+    agent = make_agent(env, args.directory, entropy_annealing_timesteps=max(args.timesteps // env.num_envs, 1))
     if args.checkpoint:
         agent.load(args.checkpoint)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={

@@ -45,7 +45,9 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "value_clip": 0.2,                    # clipping of the predicted value around the stored one (per agent allowed)
     "clip_predicted_values": True,        # (per agent allowed)
     "entropy_loss_scale": 0.01,           # (per agent allowed)
-    "final_entropy_loss_scale": None,     # the entropy scale at the run's last step, reached linearly (None: constant)
+    "final_entropy_loss_scale": None,     # the entropy scale reached linearly at entropy_annealing_timesteps
+                                          # (None: constant) (per agent allowed)
+    "entropy_annealing_timesteps": None,  # vectorized steps, counted from the run's first step, to reach it
     "value_loss_scale": 1.0,              # (per agent allowed)
     "kl_threshold": 0.0,                  # stop the epochs early past this KL (0: never)
     "time_limit_bootstrap": True,         # bootstrap truncated episodes from their final observation
@@ -80,7 +82,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
     ROLES = ("policy", "value")
     PER_AGENT_KEYS = frozenset({"discount_factor", "gae_lambda", "learning_rate", "grad_norm_clip", "ratio_clip",
                                 "value_clip", "clip_predicted_values", "entropy_loss_scale", "value_loss_scale",
-                                "time_limit_bootstrap"})
+                                "time_limit_bootstrap", "final_entropy_loss_scale"})
     USES_STATE = False
     SUPPORTS_TURN_BASED = True
 
@@ -89,7 +91,13 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         if self.USES_STATE and self.state_spaces is None:
             raise ValueError(f"{type(self).__name__} needs `state_spaces` (the global state of env.state_spaces)")
         self._check_groups()
-        self.run_progress = 0.0  # the fraction of the run done at the last update (for annealed settings)
+        self.annealing_progress = 0.0  # the fraction of entropy_annealing_timesteps done at the last update
+        annealed = [group.uids for group in self.groups if group.cfg["final_entropy_loss_scale"] is not None]
+        steps = self.cfg["entropy_annealing_timesteps"]
+        if annealed and (not isinstance(steps, int) or steps < 1):
+            raise ValueError(f"final_entropy_loss_scale is set (for {annealed}), so cfg['entropy_annealing_timesteps'] "
+                             f"must be the number of vectorized steps over which to anneal (a positive int), got "
+                             f"{steps!r}")
         if self.cfg["stack_models"]:
             self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings)
         for group in self.groups:
@@ -397,13 +405,19 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
     def loss_settings(self, group: AgentGroup) -> Mapping[str, Any]:
         """The settings :func:`~marlparts.agents.ppo.losses.ppo_losses` reads for ``group``: its config, with the
         entropy scale of this point of the run where ``final_entropy_loss_scale`` anneals it (linearly, from
-        ``entropy_loss_scale`` at the start to the final scale at the run's last step).
+        ``entropy_loss_scale`` at the run's first step to the final scale at ``entropy_annealing_timesteps``,
+        counted by the algorithm's own step counter, which checkpoints keep: a resumed run goes on where it was).
         """
-        final = self.cfg["final_entropy_loss_scale"]
+        final = group.cfg["final_entropy_loss_scale"]
         if final is None:
             return group.cfg
         start = group.cfg["entropy_loss_scale"]
-        return {**group.cfg, "entropy_loss_scale": start + (final - start) * self.run_progress}
+        return {**group.cfg, "entropy_loss_scale": start + (final - start) * self.annealing_progress}
+
+    def progress_of(self, timestep: int) -> float:
+        """The fraction of ``entropy_annealing_timesteps`` done at ``timestep`` (0 without annealing)."""
+        steps = self.cfg["entropy_annealing_timesteps"]
+        return min((timestep + 1) / steps, 1.0) if steps else 0.0
 
     def minibatch_indexes(self) -> List[torch.Tensor]:
         """The indexes of one epoch's minibatches (:meth:`group_losses` reads them), shuffled."""
@@ -418,7 +432,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         3. early stop past ``kl_threshold``; learning-rate schedule;
         4. the preprocessors and value normalisers take in the rollout's statistics.
         """
-        self.run_progress = min(timestep / timesteps, 1.0) if timesteps else 0.0
+        self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
         epochs: List[Dict[str, float]] = []
         for _ in range(self.cfg["learning_epochs"]):

@@ -1,6 +1,6 @@
 """Heterogeneous-Agent PPO (Kuba et al., 2022): one policy per agent, updated one agent after another."""
 
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import torch
 
@@ -8,6 +8,7 @@ from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.config import Config
+from marlparts.utils.distributed import broadcast_tensors, mean_over_ranks
 
 HAPPO_DEFAULT_CONFIG: Config = MAPPO_DEFAULT_CONFIG.copy()
 HAPPO_DEFAULT_CONFIG["stack_models"] = False  # each agent's policy is stepped on its own, in turn
@@ -28,11 +29,15 @@ class HAPPO(MAPPO):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        shared = [group.uids for group in self.groups if group.size > 1]
+        owners: dict = {}  # parameter -> the agents whose policy holds it
+        for group in self.groups:
+            for parameter in group.models["policy"].parameters():
+                owners.setdefault(id(parameter), []).extend(group.uids)
+        shared = sorted({tuple(uids) for uids in owners.values() if len(uids) > 1})
         if shared:
-            raise ValueError(f"HAPPO updates one agent's policy after another, so agents may not share a policy; "
-                             f"these agents share one: {shared}. Build one policy per agent (and keep "
-                             f"cfg['stack_models'] False)")
+            raise ValueError(f"HAPPO updates one agent's policy after another, so agents may not share a policy or "
+                             f"any of its parameters; these agents share: {[list(uids) for uids in shared]}. Build one "
+                             f"policy per agent (and keep cfg['stack_models'] False)")
 
     def update(self, timestep: int, timesteps: int) -> None:
         """HAPPO update on the rollout just collected.
@@ -43,35 +48,45 @@ class HAPPO(MAPPO):
         3. the critic's epochs on the value loss;
         4. the preprocessors and value normalisers take in the rollout's statistics.
         """
-        self.run_progress = min(timestep / timesteps, 1.0) if timesteps else 0.0
+        self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
         factor = torch.ones(len(self.groups[0].memory), device=self.device)
         policy_metrics: List[dict] = []
+        last_kls: List[float] = []  # each agent's KL at its last epoch, for a KL-adaptive learning rate
         for group in self.update_order():
-            policy_metrics += self.train_policy(group, factor)
+            metrics, last_kl = self.train_policy(group, factor)
+            policy_metrics += metrics
+            last_kls.append(last_kl)
             factor = factor * self.probability_ratios(group)
         value_metrics = self.train_critics()
         self.update_preprocessors()
-        kl = _mean(policy_metrics, "kl")
+        kl = sum(last_kls) / len(last_kls)
         for record in self.trained:
             if record.scheduler is not None:
                 record.scheduler.step(kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
         metrics = {"Loss / policy": _mean(policy_metrics, "policy"), "Loss / value": _mean(value_metrics, "value"),
-                   "Policy / entropy": _mean(policy_metrics, "entropy_value"), "Policy / KL": kl}
+                   "Policy / entropy": _mean(policy_metrics, "entropy_value"),
+                   "Policy / KL": _mean(policy_metrics, "kl")}
         for record in self.trained:
             metrics.update({f"Learning rate / {name}": rate for name, rate in record.learning_rates().items()})
         self.report_update(metrics)
 
     def update_order(self) -> List[AgentGroup]:
-        """The groups (one agent each) in a fresh random order."""
-        return [self.groups[i] for i in torch.randperm(len(self.groups)).tolist()]
+        """The groups (one agent each) in a fresh random order, the same on every ``torchrun`` rank (rank 0's)."""
+        order = torch.randperm(len(self.groups), device=self.device)
+        broadcast_tensors([order])
+        return [self.groups[i] for i in order.tolist()]
 
-    def train_policy(self, group: AgentGroup, factor: torch.Tensor) -> List[dict]:
-        """PPO epochs on ``group``'s policy with its stored advantages weighted by ``factor`` (one per sample)."""
+    def train_policy(self, group: AgentGroup, factor: torch.Tensor) -> Tuple[List[dict], float]:
+        """PPO epochs on ``group``'s policy with its stored advantages weighted by ``factor`` (one per sample);
+        the minibatches' metrics and the KL of the last epoch (averaged over ``torchrun`` ranks, so that every
+        rank stops at the same epoch past ``kl_threshold``).
+        """
         memory = group.memory
         advantages = memory.get_tensor_by_name("advantages").clone()
         memory.set_tensor_by_name("advantages", advantages * factor.view(advantages.shape[:2] + (1, 1)))
         metrics: List[dict] = []
+        kl = 0.0
         try:
             for _ in range(self.cfg["learning_epochs"]):
                 epoch = []
@@ -81,11 +96,12 @@ class HAPPO(MAPPO):
                     self.optimize([group.trained["policy"]], losses["policy"] + losses["entropy"])
                     epoch.append({key: float(value.detach()) for key, value in losses.items()})
                 metrics += epoch
-                if self.cfg["kl_threshold"] and _mean(epoch, "kl") > self.cfg["kl_threshold"]:
+                kl = mean_over_ranks(_mean(epoch, "kl"))
+                if self.cfg["kl_threshold"] and kl > self.cfg["kl_threshold"]:
                     break
         finally:
             memory.set_tensor_by_name("advantages", advantages)
-        return metrics
+        return metrics, kl
 
     @torch.no_grad()
     def probability_ratios(self, group: AgentGroup) -> torch.Tensor:
