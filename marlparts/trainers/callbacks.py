@@ -22,8 +22,8 @@ class Callback:
     def on_episode_infos(self, trainer: Any, infos: Dict[str, Any]) -> None:
         """Training episodes ended, in an env made with ``info_keys``: ``infos[key]`` is an
         :class:`~marlparts.trainers.base.EpisodeInfo` of ``(episodes, agents)`` tensors, ``total`` (the entry
-        summed over each episode's steps) and ``last`` (its value at the last step). Log figures of your own
-        with ``trainer.log(name, value)``.
+        summed over each episode's steps) and ``last`` (its value at each agent's last step of the episode). Log
+        figures of your own with ``trainer.log(name, value)``.
         """
 
     def on_update(self, agent: Any, metrics: Dict[str, float]) -> None:

@@ -447,13 +447,17 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
             if self.cfg["kl_threshold"] and epochs[-1]["kl"] > self.cfg["kl_threshold"]:
                 break
         self.update_preprocessors()
-        last_kl = epochs[-1]["kl"]
+        means = {key: sum(epoch[key] for epoch in epochs) / len(epochs) for key in epochs[0]}
+        self.finish_update(epochs[-1]["kl"], {"Loss / policy": means["policy"], "Loss / value": means["value"],
+                                              "Policy / entropy": means["entropy_value"], "Policy / KL": means["kl"]})
+
+    def finish_update(self, kl: float, metrics: Dict[str, float]) -> None:
+        """The end of every update: step each learning-rate schedule (a :class:`KLAdaptiveLR` on ``kl``), then
+        report ``metrics`` with each model's learning rate.
+        """
         for record in self.trained:
             if record.scheduler is not None:
-                record.scheduler.step(last_kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
-        means = {key: sum(epoch[key] for epoch in epochs) / len(epochs) for key in epochs[0]}
-        metrics = {"Loss / policy": means["policy"], "Loss / value": means["value"],
-                   "Policy / entropy": means["entropy_value"], "Policy / KL": means["kl"]}
+                record.scheduler.step(kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
         for record in self.trained:
             metrics.update({f"Learning rate / {name}": rate for name, rate in record.learning_rates().items()})
         self.report_update(metrics)

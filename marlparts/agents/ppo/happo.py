@@ -6,7 +6,6 @@ import torch
 
 from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
-from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.config import Config
 from marlparts.utils.distributed import broadcast_tensors, mean_over_ranks
 
@@ -60,16 +59,9 @@ class HAPPO(MAPPO):
             factor = factor * self.probability_ratios(group)
         value_metrics = self.train_critics()
         self.update_preprocessors()
-        kl = sum(last_kls) / len(last_kls)
-        for record in self.trained:
-            if record.scheduler is not None:
-                record.scheduler.step(kl) if isinstance(record.scheduler, KLAdaptiveLR) else record.scheduler.step()
-        metrics = {"Loss / policy": _mean(policy_metrics, "policy"), "Loss / value": _mean(value_metrics, "value"),
-                   "Policy / entropy": _mean(policy_metrics, "entropy_value"),
-                   "Policy / KL": _mean(policy_metrics, "kl")}
-        for record in self.trained:
-            metrics.update({f"Learning rate / {name}": rate for name, rate in record.learning_rates().items()})
-        self.report_update(metrics)
+        self.finish_update(sum(last_kls) / len(last_kls), {
+            "Loss / policy": _mean(policy_metrics, "policy"), "Loss / value": _mean(value_metrics, "value"),
+            "Policy / entropy": _mean(policy_metrics, "entropy_value"), "Policy / KL": _mean(policy_metrics, "kl")})
 
     def update_order(self) -> List[AgentGroup]:
         """The groups (one agent each) in a fresh random order, the same on every ``torchrun`` rank (rank 0's)."""
