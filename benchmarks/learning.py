@@ -25,7 +25,9 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = {name: ROOT / "examples" / "mpe" / f"simple_spread_{name}.py"
-            for name in ("mappo", "ippo", "happo", "maddpg", "matd3", "masac", "qmix", "vdn", "recurrent_mappo")}
+            for name in ("mappo", "ippo", "happo", "vdac", "coma", "maddpg", "matd3", "masac", "qmix", "vdn",
+                         "recurrent_mappo")}
+EXAMPLES["speaker_listener_happo"] = ROOT / "examples" / "mpe" / "simple_speaker_listener_happo.py"
 EXAMPLES["vmas_balance_mappo"] = ROOT / "examples" / "vmas" / "balance_mappo.py"
 EXAMPLES["lbf_mappo"] = ROOT / "examples" / "lbf" / "foraging_mappo.py"
 EXAMPLES["lbf_vdn"] = ROOT / "examples" / "lbf" / "foraging_vdn.py"

@@ -17,6 +17,8 @@ from marlparts.agents import (
     MAPPO_DEFAULT_CONFIG,
     MATD3,
     MATD3_DEFAULT_CONFIG,
+    VDAC,
+    VDAC_DEFAULT_CONFIG,
 )
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
@@ -24,7 +26,7 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.utils.spaces import is_discrete, joint_space
 
-COPIES = {"mappo": 64, "ippo": 64, "maddpg": 16, "matd3": 16}
+COPIES = {"mappo": 64, "ippo": 64, "vdac": 64, "maddpg": 16, "matd3": 16}
 
 
 class CategoricalPolicy(CategoricalMixin, Model):
@@ -69,13 +71,21 @@ def make_spread_env(num_envs, *, seed=0, agents=3, continuous=False, device="cpu
 
 
 def make_spread_agent(name, env, directory, separate_models=False, **overrides):
-    """``name`` in mappo, ippo, maddpg, matd3: one policy (and critic) shared by every agent, or for mappo
+    """``name`` in mappo, ippo, vdac, maddpg, matd3: one policy (and critic) shared by every agent, or for mappo
     and ippo with ``separate_models``, each agent's own policy and critic (MAPPO's critics then output one
     value each: ``agent_specific_values="none"``).
     """
     uid = env.possible_agents[0]
     memories = {}
-    if name in ("mappo", "ippo"):
+    if name == "vdac":  # the VDAC example's settings
+        policy = CategoricalPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+        value = MLP(observation_space=env.observation_space(uid))
+        models = {u: {"policy": policy, "value": value} for u in env.possible_agents}
+        cfg = VDAC_DEFAULT_CONFIG.copy()
+        cfg.update(rollouts=25, learning_epochs=10, mini_batches=4, learning_rate=1.5e-3, discount_factor=0.95,
+                   team_reward="mean", clip_predicted_values=False, observation_preprocessor=RunningStandardScaler,
+                   state_preprocessor=RunningStandardScaler)
+    elif name in ("mappo", "ippo"):
         policy = CategoricalPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
         if name == "mappo":
             value = MLP(observation_space=env.state_space, output_size=env.num_agents)
@@ -110,9 +120,9 @@ def make_spread_agent(name, env, directory, separate_models=False, **overrides):
         memory_size = 500_000 // env.num_envs
     cfg["experiment"]["directory"] = directory
     cfg.update(overrides)
-    memory_size = cfg["rollouts"] if name in ("mappo", "ippo") else memory_size
+    memory_size = cfg["rollouts"] if name in ("mappo", "ippo", "vdac") else memory_size
     memories = {u: RandomMemory(memory_size=memory_size, num_envs=env.num_envs) for u in env.possible_agents}
-    algorithm = {"mappo": MAPPO, "ippo": IPPO, "maddpg": MADDPG, "matd3": MATD3}[name]
+    algorithm = {"mappo": MAPPO, "ippo": IPPO, "vdac": VDAC, "maddpg": MADDPG, "matd3": MATD3}[name]
     kwargs = dict(possible_agents=env.possible_agents, models=models, memories=memories,
                   observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, device=env.device, cfg=cfg)
     if name != "ippo":

@@ -134,8 +134,9 @@ def test_gymnasium_multi_agent_example_runs_as_it_stands(path, package, tmp_path
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
 
-@pytest.mark.parametrize("name", ["simple_spread_happo", "simple_speaker_listener_happo"])
-def test_happo_example_runs_as_it_stands(name, tmp_path):
-    output = run_example(name, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
+@pytest.mark.parametrize("name,options", [("simple_spread_happo", ()), ("simple_speaker_listener_happo", ()),
+                                          ("simple_spread_vdac", ()), ("simple_spread_vdac", ("--mixer",))])
+def test_on_policy_example_runs_as_it_stands(name, options, tmp_path):
+    output = run_example(name, *options, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1

@@ -41,7 +41,7 @@ def train_and_evaluate(name, tmp_path, seed=0, broken=None):
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("name", ["mappo", "ippo"])
+@pytest.mark.parametrize("name", ["mappo", "ippo", "vdac"])
 def test_learns_simple_spread(name, tmp_path):
     mean_return = train_and_evaluate(name, tmp_path)
     print(f"{name}: greedy mean return {mean_return:.2f} after {BUDGET} env steps")
@@ -59,7 +59,7 @@ def test_learns_simple_spread_on_other_seeds(name, seed, tmp_path):
 
 @pytest.mark.long
 @pytest.mark.parametrize("broken", ["flipped_advantages", "myopic"])
-@pytest.mark.parametrize("name", ["mappo", "ippo"])
+@pytest.mark.parametrize("name", ["mappo", "ippo", "vdac"])
 def test_broken_variants_do_not_pass(name, broken, tmp_path):
     mean_return = train_and_evaluate(name, tmp_path, broken=broken)
     print(f"{name} with {broken}: greedy mean return {mean_return:.2f}")

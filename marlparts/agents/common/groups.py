@@ -88,3 +88,14 @@ def build_groups(possible_agents: Sequence[str], models: Mapping[str, Mapping[st
                                      f"two agents do not share models (groups {other.uids} and {group.uids}): give "
                                      "each group its own Memory")
     return groups
+
+
+def agent_order(groups: Sequence[AgentGroup], possible_agents: Sequence[str]) -> Optional[torch.Tensor]:
+    """The rows, in ``possible_agents`` order, of a tensor whose agent axis lists the groups' agents one group
+    after another (``torch.cat`` of per-group tensors); None where the two orders agree.
+    """
+    group_order = [uid for group in groups for uid in group.uids]
+    if group_order == list(possible_agents):
+        return None
+    position = {uid: i for i, uid in enumerate(group_order)}
+    return torch.as_tensor([position[uid] for uid in possible_agents], dtype=torch.long)

@@ -384,23 +384,43 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         states = memory.get_tensor_by_name("states").flatten(0, 1) if self.USES_STATE else None
         return self._values(group, observations.flatten(0, 1), states)[0].unflatten(0, observations.shape[:2])
 
+    def minibatch_losses(self, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """The losses of the minibatch ``indexes`` (the same samples of every group), averaged over the agents:
+        ``"policy"``, ``"value"`` and ``"entropy"`` (minimised as their sum), and ``"kl"`` and ``"entropy_value"``
+        to report. Each group's losses are its own (:meth:`group_losses`); an algorithm whose value is the
+        team's (:class:`~marlparts.agents.VDAC`) overrides this.
+        """
+        return self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+
     def group_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""
-        names = ["observations", "actions", "log_prob", "old_values", "value_targets", "advantages", "active"]
-        names += ["states"] if self.USES_STATE else []
-        names += ["action_mask"] if self._has_action_mask else []
-        batch = dict(zip(names, group.memory.sample_by_index(names, indexes)))
-        inputs = {"observations": self._policy_inputs(group, batch["observations"]),
-                  "taken_actions": batch["actions"].flatten(0, 1)}
-        if self._has_action_mask:
-            inputs["action_mask"] = batch["action_mask"].flatten(0, 1)
-        _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
+        batch = self.sample_minibatch(group, indexes)
+        log_prob, outputs = self.policy_log_prob(group, batch)
         predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
         return ppo_losses(log_prob=log_prob, old_log_prob=batch["log_prob"].flatten(0, 1),
                           advantages=batch["advantages"].flatten(0, 1), entropy=outputs["entropy"],
                           predicted=predicted.flatten(0, 1), targets=batch["value_targets"].flatten(0, 1),
                           old_values=batch["old_values"].flatten(0, 1), active=batch["active"].flatten(0, 1),
                           cfg=self.loss_settings(group), model_sets=group.model_sets)
+
+    def sample_minibatch(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """The stored samples ``indexes`` of ``group`` that the losses read, ``(batch, group, ...)`` each."""
+        names = ["observations", "actions", "log_prob", "old_values", "value_targets", "advantages", "active"]
+        names += ["states"] if self.USES_STATE else []
+        names += ["action_mask"] if self._has_action_mask else []
+        return dict(zip(names, group.memory.sample_by_index(names, indexes)))
+
+    def policy_log_prob(self, group: AgentGroup, batch: Mapping[str, torch.Tensor]
+                        ) -> Tuple[torch.Tensor, Dict[str, Any]]:
+        """The group's policy on the stored ``batch``: the log-probability of each stored action, one row per
+        sample, and the policy's outputs (``"entropy"`` among them).
+        """
+        inputs = {"observations": self._policy_inputs(group, batch["observations"]),
+                  "taken_actions": batch["actions"].flatten(0, 1)}
+        if self._has_action_mask:
+            inputs["action_mask"] = batch["action_mask"].flatten(0, 1)
+        _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
+        return log_prob, outputs
 
     def loss_settings(self, group: AgentGroup) -> Mapping[str, Any]:
         """The settings :func:`~marlparts.agents.ppo.losses.ppo_losses` reads for ``group``: its config, with the
@@ -439,7 +459,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
             epoch = []
             for indexes in self.minibatch_indexes():
                 with self.autocast():
-                    losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+                    losses = self.minibatch_losses(indexes)
                 self.optimize(self.trained, losses["policy"] + losses["value"] + losses["entropy"])
                 epoch.append({key: value.detach() for key, value in losses.items()})
             epochs.append({key: torch.stack([losses[key] for losses in epoch]).float().mean().item() for key in epoch[0]})

@@ -116,7 +116,7 @@ class HAPPO(MAPPO):
         for _ in range(self.cfg["learning_epochs"]):
             for indexes in self.minibatch_indexes():
                 with self.autocast():
-                    losses = self.mean_over_agents([self.group_losses(group, indexes) for group in self.groups])
+                    losses = self.minibatch_losses(indexes)
                 self.optimize(critics, losses["value"])
                 metrics.append({"value": float(losses["value"].detach())})
         return metrics
