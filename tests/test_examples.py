@@ -135,7 +135,8 @@ def test_gymnasium_multi_agent_example_runs_as_it_stands(path, package, tmp_path
 
 
 @pytest.mark.parametrize("name,options", [("simple_spread_happo", ()), ("simple_speaker_listener_happo", ()),
-                                          ("simple_spread_vdac", ()), ("simple_spread_vdac", ("--mixer",))])
+                                          ("simple_spread_vdac", ()), ("simple_spread_vdac", ("--mixer",)),
+                                          ("simple_spread_coma", ())])
 def test_on_policy_example_runs_as_it_stands(name, options, tmp_path):
     output = run_example(name, *options, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output

@@ -90,12 +90,17 @@ def build_groups(possible_agents: Sequence[str], models: Mapping[str, Mapping[st
     return groups
 
 
-def agent_order(groups: Sequence[AgentGroup], possible_agents: Sequence[str]) -> Optional[torch.Tensor]:
-    """The rows, in ``possible_agents`` order, of a tensor whose agent axis lists the groups' agents one group
-    after another (``torch.cat`` of per-group tensors); None where the two orders agree.
+def agent_order(groups: Sequence[AgentGroup], possible_agents: Sequence[str],
+                widths: Optional[Sequence[int]] = None) -> Optional[torch.Tensor]:
+    """The columns, in ``possible_agents`` order, of a tensor that holds the groups' agents one group after another
+    (``torch.cat`` of per-group tensors), each agent of the ``k``-th group ``widths[k]`` columns wide (1 without
+    ``widths``); None where the two orders agree.
     """
     group_order = [uid for group in groups for uid in group.uids]
     if group_order == list(possible_agents):
         return None
+    agent_widths = [1 if widths is None else int(widths[k]) for k, group in enumerate(groups) for _ in group.uids]
+    starts = [sum(agent_widths[:i]) for i in range(len(agent_widths))]
     position = {uid: i for i, uid in enumerate(group_order)}
-    return torch.as_tensor([position[uid] for uid in possible_agents], dtype=torch.long)
+    return torch.cat([torch.arange(starts[position[uid]], starts[position[uid]] + agent_widths[position[uid]])
+                      for uid in possible_agents])

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from marlparts.agents.base import EXPERIMENT_DEFAULTS, MultiAgent
-from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.common.groups import AgentGroup, agent_order
 from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.resources.noises import Noise
 from marlparts.utils.agent_tensors import stack_agents
@@ -73,7 +73,6 @@ class OffPolicyMultiAgent(MultiAgent):
         self.gradient_step = 0
         self._evaluation_noises: Dict[int, Optional[Noise]] = {}
         self._has_action_mask = False
-        self._group_order = [uid for group in self.groups for uid in group.uids]
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
         n_step = self.cfg["n_step"]
         if isinstance(n_step, bool) or not isinstance(n_step, numbers.Integral) or n_step < 1:
@@ -372,13 +371,7 @@ class OffPolicyMultiAgent(MultiAgent):
 
     def _agent_order_columns(self, widths: tuple) -> Optional[torch.Tensor]:
         """Column permutation from group order to agent order (None when they agree)."""
-        if self._group_order == self.possible_agents:
-            return None
-        agent_widths = [width for group, width in zip(self.groups, widths) for _ in group.uids]
-        starts = [sum(agent_widths[:i]) for i in range(len(agent_widths))]
-        position = {uid: i for i, uid in enumerate(self._group_order)}
-        return torch.cat([torch.arange(starts[position[uid]], starts[position[uid]] + agent_widths[position[uid]])
-                          for uid in self.possible_agents])
+        return agent_order(self.groups, self.possible_agents, widths)
 
     def update_targets(self, records: Optional[Sequence[TrainedModel]] = None) -> None:
         """Move the target networks (of ``records``, or of every trained model) towards their models by
