@@ -156,3 +156,13 @@ def test_a_critic_of_the_wrong_size_names_what_it_must_read(tmp_path):
              memories={u: RandomMemory(memory_size=5, num_envs=2) for u in env.possible_agents},
              observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
              state_spaces=env.state_spaces, cfg=config)
+
+
+def test_an_agent_that_has_left_is_absent_from_the_actions_the_critic_reads(tmp_path):
+    agent = collected(tmp_path)
+    actions = [torch.tensor([[[3], [1], [4]]])]                 # one sample, the group of three agents
+    active = [torch.tensor([[[True], [False], [True]]])]          # agent_1 has left: its stored action is stale
+    joint = agent.joint_actions(actions, active)
+    expected = torch.zeros(1, ACTIONS * AGENTS)
+    expected[0, 3] = expected[0, 2 * ACTIONS + 4] = 1.0
+    assert torch.equal(joint, expected)

@@ -141,3 +141,15 @@ def test_on_policy_example_runs_as_it_stands(name, options, tmp_path):
     output = run_example(name, *options, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
+
+
+def test_battle_example_trains_both_teams_and_reports_every_pairing(tmp_path):
+    pytest.importorskip("magent2")
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "magent2" / "battle_mfq_vs_mfac.py"), "--timesteps",
+                           "1600", "--num-envs", "4", "--battles", "4", "--directory", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for pairing in ("MFQ (red) against random", "MFAC (blue) against random", "MFQ (red) against MFAC (blue)"):
+        assert f"{pairing}: red wins" in done.stdout
+    assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 2
+    assert (tmp_path / "battles.json").exists()

@@ -255,6 +255,7 @@ class OffPolicyMultiAgent(MultiAgent):
                                           if copy_ended is not None and final_state is not None else next_states)
             if masks is not None:
                 samples.update(self._mask_samples(group, masks, infos.get("final_action_mask"), ended))
+            samples.update(self.extra_samples(group))
             group_samples.append(samples)
             if self.cfg["n_step"] > 1:  # a sum goes on only while no agent's episode ends (an agent cut alone by a
                 goes_on = ~ended.any(1)[:, 0]  # time limit is valued at its final observation by its step's own target)
@@ -266,6 +267,12 @@ class OffPolicyMultiAgent(MultiAgent):
                 samples["episode_continues"] = episode_goes_on.unsqueeze(-1)
             group.memory.add_samples(**samples)
         self.recorded_steps += 1
+
+    def extra_samples(self, group: AgentGroup) -> Dict[str, torch.Tensor]:
+        """Further tensors ``(batch, group, ...)`` the group stores with each transition (created in :meth:`init`
+        and named in :meth:`replay_names` by the subclass that adds them); none here.
+        """
+        return {}
 
     def _mask_samples(self, group: AgentGroup, masks: Mapping[str, torch.Tensor],
                       final_masks: Optional[Mapping[str, torch.Tensor]], ended: torch.Tensor) -> Dict[str, Any]:

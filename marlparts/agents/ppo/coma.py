@@ -50,15 +50,15 @@ class COMA(MultiAgentPPO):
     SUPPORTS_TURN_BASED = False
 
     def __init__(self, **kwargs: Any) -> None:
-        spaces = kwargs.get("action_spaces") or {}
+        spaces, cls_name = kwargs.get("action_spaces") or {}, type(self).__name__
         for uid in kwargs.get("possible_agents") or []:
             if uid in spaces and not isinstance(spaces[uid], gymnasium.spaces.Discrete):
-                raise TypeError(f"COMA's critic values every own action of an agent, so actions must be discrete; "
+                raise TypeError(f"{cls_name}'s critic values every own action of an agent, so actions must be discrete; "
                                 f"agent {uid!r} has the action space {spaces[uid]}")
         super().__init__(**kwargs)
         critics = self.distinct_models("value")
         if len(critics) != 1:
-            raise ValueError(f"COMA has one centralised critic for every agent (it reads the agent's id): give every "
+            raise ValueError(f"{cls_name} has one centralised critic for every agent: give every "
                              f"agent the same 'value' model instance, got {len(critics)}")
         self.action_counts = [int(self.action_spaces[group.uids[0]].n) for group in self.groups]
         self._action_columns = agent_order(self.groups, self.possible_agents, self.action_counts)
@@ -91,22 +91,34 @@ class COMA(MultiAgentPPO):
         """The stored global states, one row per env copy and step."""
         return self.groups[0].memory.get_tensor_by_name("states", keepdim=False)
 
-    def joint_actions(self, actions: List[torch.Tensor]) -> torch.Tensor:
-        """Each group's ``(batch, group, 1)`` actions as one ``(batch, Σ actions)`` one-hot in agent order."""
-        parts = [F.one_hot(part.squeeze(-1).long(), count).flatten(1).float()
-                 for part, count in zip(actions, self.action_counts)]
+    def joint_actions(self, actions: List[torch.Tensor], active: List[torch.Tensor]) -> torch.Tensor:
+        """Each group's ``(batch, group, 1)`` actions as one ``(batch, Σ actions)`` one-hot in agent order; an
+        agent inactive at the step (``active``, like ``actions``) has zeros.
+        """
+        parts = [(F.one_hot(part.squeeze(-1).long(), count) * on).flatten(1).float()
+                 for part, on, count in zip(actions, active, self.action_counts)]
         joined = torch.cat(parts, dim=1)
         return joined if self._action_columns is None else joined[:, self._action_columns.to(joined.device)]
 
-    def q_values(self, group: AgentGroup, states: torch.Tensor, joint_actions: torch.Tensor) -> torch.Tensor:
-        """``Q`` of every own action ``(batch, group, actions)`` of the group's agents, in the critic's units."""
-        batch, index = states.shape[0], self.groups.index(group)
-        others = joint_actions.unsqueeze(1) * ~self._own_columns[index].to(joint_actions.device)   # own action left out
-        ids = F.one_hot(group.agent_indexes.to(states.device), len(self.possible_agents)).to(states.dtype)
-        rows = torch.cat([self._preprocess_states(group, states).unsqueeze(1).expand(batch, group.size, -1),
+    def critic_inputs(self, group: AgentGroup, states: Optional[torch.Tensor], observations: torch.Tensor,
+                      joint_actions: torch.Tensor) -> torch.Tensor:
+        """The critic's input rows ``(batch, group, features)`` for the group's agents: the (standardised) global
+        state, every agent's action one-hot with the agent's own left at zeros, and its one-hot id.
+        """
+        batch, index = joint_actions.shape[0], self.groups.index(group)
+        others = joint_actions.unsqueeze(1) * ~self._own_columns[index].to(joint_actions.device)  # own action left out
+        ids = F.one_hot(group.agent_indexes.to(joint_actions.device), len(self.possible_agents)).to(states.dtype)
+        return torch.cat([self._preprocess_states(group, states).unsqueeze(1).expand(batch, group.size, -1),
                           others, ids.unsqueeze(0).expand(batch, -1, -1)], dim=-1)
+
+    def q_values(self, group: AgentGroup, states: Optional[torch.Tensor], observations: torch.Tensor,
+                 joint_actions: torch.Tensor) -> torch.Tensor:
+        """``Q`` of every own action ``(batch, group, actions)`` of the group's agents, in the critic's units
+        (``observations`` ``(batch, group, obs)``, ``joint_actions`` from :meth:`joint_actions`).
+        """
+        rows = self.critic_inputs(group, states, observations, joint_actions)
         predicted, _ = self.critic(group, rows.flatten(0, 1))
-        return predicted.unflatten(0, (batch, group.size))
+        return predicted.unflatten(0, rows.shape[:2])
 
     def in_return_units(self, group: AgentGroup, values: torch.Tensor) -> torch.Tensor:
         """Critic outputs with the value normalisation undone."""
@@ -127,14 +139,18 @@ class COMA(MultiAgentPPO):
         """Per group ``(E, group, 1)``: ``Σ_a π_i(a|o_i) Q(s, (u^{-i}, a))`` in return units, the other agents'
         actions drawn from their policies.
         """
-        masks = (infos or {}).get("action_mask")
-        probabilities = [self.policy_probabilities(group, stack_agents(observations, group.uids),
-                                                   None if masks is None else stack_agents(masks, group.uids).bool())
-                         for group in self.groups]
+        infos = infos or {}
+        masks, active = infos.get("action_mask"), infos.get("active")
+        observed = [stack_agents(observations, group.uids) for group in self.groups]
+        probabilities = [self.policy_probabilities(group, obs, None if masks is None else
+                                                   stack_agents(masks, group.uids).bool())
+                         for group, obs in zip(self.groups, observed)]
         drawn = [torch.multinomial(p.flatten(0, 1), 1).unflatten(0, p.shape[:2]) for p in probabilities]
-        joint = self.joint_actions(drawn)
-        return {index: (probabilities[index] * self.in_return_units(group, self.q_values(group, states, joint)))
-                .sum(-1, keepdim=True) for index, group in enumerate(self.groups)}
+        joint = self.joint_actions(drawn, [torch.ones_like(a, dtype=torch.bool) if active is None
+                                           else stack_agents(active, group.uids).bool()
+                                           for a, group in zip(drawn, self.groups)])
+        return {index: (probabilities[index] * self.in_return_units(group, self.q_values(group, states, obs, joint)))
+                .sum(-1, keepdim=True) for index, (group, obs) in enumerate(zip(self.groups, observed))}
 
     def record_transition(self, **kwargs: Any) -> None:
         """Store the step (the final observations of truncated episodes are valued on first need, for every
@@ -147,7 +163,7 @@ class COMA(MultiAgentPPO):
         """The expected ``Q`` of the final observations of the step just taken."""
         if self._final_expectation is None:
             self._final_expectation = self.expected_values(self._step_infos["final_observation"],
-                                                           self._step_infos["final_state"], self._step_infos)
+                                                           self._step_infos.get("final_state"), self._step_infos)
         return self._final_expectation[self.groups.index(group)]
 
     def next_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
@@ -163,16 +179,16 @@ class COMA(MultiAgentPPO):
         """Counterfactual advantages and the critic's TD(λ) targets at every stored step (step 1 of the update)."""
         with torch.no_grad():
             memories = [group.memory for group in self.groups]
-            states = memories[0].get_tensor_by_name("states", keepdim=False)
-            joint = self.joint_actions([memory.get_tensor_by_name("actions", keepdim=False) for memory in memories])
+            states = memories[0].get_tensor_by_name("states", keepdim=False) if self.USES_STATE else None
+            joint = self.joint_actions([memory.get_tensor_by_name("actions", keepdim=False) for memory in memories],
+                                       [memory.get_tensor_by_name("active", keepdim=False) for memory in memories])
             for group, memory in zip(self.groups, memories):
                 shape = memory.get_tensor_by_name("actions").shape                          # (T, E, group, 1)
                 masks = memory.get_tensor_by_name("action_mask", keepdim=False) if self._has_action_mask else None
-                q = self.in_return_units(group, self.q_values(group, states, joint))       # (T E, group, actions)
-                actions = memory.get_tensor_by_name("actions", keepdim=False)
-                taken = q.gather(-1, actions).reshape(shape)
-                baseline = (self.policy_probabilities(group, memory.get_tensor_by_name("observations", keepdim=False),
-                                                      masks) * q).sum(-1, keepdim=True).reshape(shape)
+                observations = memory.get_tensor_by_name("observations", keepdim=False)
+                q = self.in_return_units(group, self.q_values(group, states, observations, joint))  # (T E, group, actions)
+                taken = q.gather(-1, memory.get_tensor_by_name("actions", keepdim=False)).reshape(shape)
+                baseline = (self.policy_probabilities(group, observations, masks) * q).sum(-1, keepdim=True).reshape(shape)
                 _, returns = compute_gae(
                     rewards=memory.get_tensor_by_name("rewards"), values=taken,
                     terminated=memory.get_tensor_by_name("terminated"), truncated=memory.get_tensor_by_name("truncated"),
@@ -215,10 +231,10 @@ class COMA(MultiAgentPPO):
     def critic_loss(self, indexes: torch.Tensor) -> torch.Tensor:
         """``(Q(s, u)[u_i] − y)²`` over the agents active at the samples ``indexes`` (mean over agents)."""
         batches = [self.sample_minibatch(group, indexes) for group in self.groups]
-        joint = self.joint_actions([batch["actions"] for batch in batches])
+        joint = self.joint_actions([batch["actions"] for batch in batches], [batch["active"] for batch in batches])
         losses = []
         for group, batch in zip(self.groups, batches):
-            taken = self.q_values(group, batch["states"], joint).gather(-1, batch["actions"])
+            taken = self.q_values(group, batch.get("states"), batch["observations"], joint).gather(-1, batch["actions"])
             errors = value_errors(predicted=taken, targets=batch["value_targets"], old_values=batch["old_values"],
                                   cfg=group.cfg)
             losses.append({"value": group.cfg["value_loss_scale"] * masked_mean(errors.reshape(-1, 1),
