@@ -1,3 +1,4 @@
+import json
 import pathlib
 import subprocess
 import sys
@@ -152,4 +153,7 @@ def test_battle_example_trains_both_teams_and_reports_every_pairing(tmp_path):
     for pairing in ("MFQ (red) against random", "MFAC (blue) against random", "MFQ (red) against MFAC (blue)"):
         assert f"{pairing}: red wins" in done.stdout
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 2
-    assert (tmp_path / "battles.json").exists()
+    results = json.loads((tmp_path / "battles.json").read_text())
+    for result in results.values():  # every battle counted once, the survivors read off the env
+        assert abs(result["red wins"] + result["blue wins"] + result["draws"] - 1.0) < 1e-9
+        assert 0.0 <= result["red alive"] <= 12.0 and 0.0 <= result["blue alive"] <= 12.0

@@ -17,6 +17,7 @@ from typing import Any, Dict
 import gymnasium
 import torch
 from magent2.environments import battle_v4
+from pettingzoo.utils import BaseParallelWrapper
 
 from marlparts.agents import MFAC, MFAC_DEFAULT_CONFIG, MFQ, MFQ_DEFAULT_CONFIG, MultiAgent
 from marlparts.envs import MultiAgentEnv, wrap_env
@@ -29,7 +30,7 @@ from marlparts.utils.spaces import joint_space
 MAP_SIZE = 20  # 12 agents a side
 MAX_CYCLES = 200  # steps of a battle
 NUM_ENVS = 8  # battles stepped together
-TIMESTEPS = 400_000  # env steps of training (all copies counted)
+TIMESTEPS = 300_000  # env steps of training (all copies counted)
 DIRECTORY = "runs/battle_mfq_vs_mfac"
 
 
@@ -38,7 +39,7 @@ class Net(DeterministicMixin, Model):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(128, 128), activation=torch.nn.ReLU)
+        self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(64, 64), activation=torch.nn.ReLU)
 
     def compute(self, inputs, role=""):
         """The output for ``inputs["observations"]``."""
@@ -50,7 +51,7 @@ class Policy(CategoricalMixin, Model):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(128, 128), activation=torch.nn.ReLU,
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(64, 64), activation=torch.nn.ReLU,
                        output_gain=0.01)
 
     def compute(self, inputs, role=""):
@@ -58,10 +59,28 @@ class Policy(CategoricalMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
+class AliveCounts(BaseParallelWrapper):
+    """battle with each team's number of living agents after the step in every agent's infos (``red_alive``,
+    ``blue_alive``): when a team is wiped out MAgent2 ends the game by terminating every agent, so the
+    flags alone do not tell who survived.
+    """
+
+    def step(self, actions):
+        """Step the battle and add the counts to the infos."""
+        observations, rewards, terminated, truncated, infos = super().step(actions)
+        battle = self.unwrapped
+        counts = {f"{name}_alive": float(battle.env.get_num(handle)) for name, handle in zip(("red", "blue"),
+                                                                                            battle.handles)}
+        return observations, rewards, terminated, truncated, {uid: {**info, **counts} for uid, info in infos.items()}
+
+
 def make_env(num_envs: int = NUM_ENVS, seed: int = 0, map_size: int = MAP_SIZE) -> MultiAgentEnv:
-    """battle_v4 as ``num_envs`` copies; agents that die leave the episode (they become inactive)."""
-    return wrap_env(lambda: battle_v4.parallel_env(map_size=map_size, max_cycles=MAX_CYCLES), num_envs=num_envs,
-                    seed=seed, state_source="observations")  # MAgent2's state() raises once a team is wiped out
+    """battle_v4 as ``num_envs`` copies; agents that die leave the episode (they become inactive), and
+    ``infos["env_info"]`` carries each team's number of living agents.
+    """
+    return wrap_env(lambda: AliveCounts(battle_v4.parallel_env(map_size=map_size, max_cycles=MAX_CYCLES)),
+                    num_envs=num_envs, seed=seed, info_keys=["red_alive", "blue_alive"],
+                    state_source="observations")  # MAgent2's state() raises once a team is wiped out
 
 
 def team(env: MultiAgentEnv, prefix: str) -> list:
@@ -76,7 +95,7 @@ def make_mfq(env: MultiAgentEnv, directory: str = DIRECTORY) -> MFQ:
     q = Net(observation_space=joint_space([env.observation_space(uids[0]), gymnasium.spaces.Box(0, 1, (actions,))]),
             output_size=actions)
     cfg = MFQ_DEFAULT_CONFIG.copy()
-    cfg.update(batch_size=64, update_interval=2, learning_starts=200, learning_rate=5e-4, discount_factor=0.95,
+    cfg.update(batch_size=64, update_interval=4, learning_starts=200, learning_rate=5e-4, discount_factor=0.95,
                polyak=0.01, temperature=0.1)
     cfg["exploration"].update(initial_epsilon=1.0, final_epsilon=0.05, timesteps=20_000)
     cfg["experiment"].update(directory=directory, experiment_name="red_mfq")
@@ -95,7 +114,7 @@ def make_mfac(env: MultiAgentEnv, directory: str = DIRECTORY) -> MFAC:
                                                 gymnasium.spaces.Box(0, 1, (actions,))]), output_size=actions)
     cfg = MFAC_DEFAULT_CONFIG.copy()
     cfg.update(rollouts=50, learning_epochs=2, mini_batches=2, learning_rate=5e-4, discount_factor=0.95,
-               gae_lambda=0.8)
+               gae_lambda=0.8, entropy_loss_scale=0.08)  # a smaller bonus lets the attack penalty stop all attacks
     cfg["experiment"].update(directory=directory, experiment_name="blue_mfac")
     memory = RandomMemory(memory_size=cfg["rollouts"], num_envs=env.num_envs)
     return MFAC(possible_agents=uids, models={uid: {"policy": policy, "value": critic} for uid in uids},
@@ -124,15 +143,13 @@ def battles(env: MultiAgentEnv, red: Any, blue: Any, count: int) -> Dict[str, fl
                 else:  # uniform random actions for the whole side at once
                     drawn = torch.randint(0, int(env.action_space(uids[0]).n), (env.num_envs, len(uids)))
                     actions.update({uid: drawn[:, k:k + 1] for k, uid in enumerate(uids)})
-            before = infos["active"]
-            observations, _, terminated, _, infos = env.step(actions)
+            observations, _, _, _, infos = env.step(actions)
             ended = infos.get("episode_end")
             if ended is None or not ended.any():
                 continue
-            alive = {side: sum((before[uid] & ~terminated[uid]).float() for uid in uids).squeeze(-1)
-                     for side, (_, uids) in sides.items()}  # (num_envs,) agents alive after the last step
-            for copy in ended.nonzero().flatten().tolist()[:count - finished]:
-                red_alive, blue_alive = float(alive["red"][copy]), float(alive["blue"][copy])
+            counts = {side: infos["env_info"][f"{side}_alive"].max(dim=1).values for side in sides}  # (num_envs,)
+            for copy in ended.reshape(-1).nonzero().flatten().tolist()[:count - finished]:
+                red_alive, blue_alive = float(counts["red"][copy]), float(counts["blue"][copy])
                 outcomes["red wins" if red_alive > blue_alive else "blue wins" if red_alive < blue_alive else "draws"] += 1
                 alive_at_end["red"] += red_alive
                 alive_at_end["blue"] += blue_alive
