@@ -5,10 +5,12 @@ import pytest
 import torch
 from helpers import Policy, Value
 from mpe2 import simple_spread_v3
+from toy_envs import CountingEnv
 
 from marlparts.agents import COMA, COMA_DEFAULT_CONFIG
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
+from marlparts.resources import KLAdaptiveLR
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 from marlparts.utils.spaces import joint_space
@@ -111,7 +113,8 @@ def test_the_value_after_a_cut_is_the_expected_value_under_the_agent_s_own_polic
     state_size = agent._next_states.shape[-1]
     with torch.no_grad():  # a critic blind to the other agents' actions: the expectation no longer depends on their draw
         critic[0].weight[:, state_size:state_size + ACTIONS * AGENTS] = 0.0
-        values = agent.expected_values(agent._next_observations, agent._next_states)[0]   # (E, agents, 1)
+        present = [torch.ones(2, AGENTS, 1, dtype=torch.bool)]
+        values = agent.expected_values(agent._next_observations, agent._next_states, present, None)[0]  # (E, agents, 1)
         for i, uid in enumerate(agent.possible_agents):
             agent_id = torch.nn.functional.one_hot(torch.tensor(i), AGENTS).float().expand(2, AGENTS)
             q = critic(torch.cat([agent._next_states, torch.zeros(2, ACTIONS * AGENTS), agent_id], dim=-1))
@@ -166,3 +169,72 @@ def test_an_agent_that_has_left_is_absent_from_the_actions_the_critic_reads(tmp_
     expected = torch.zeros(1, ACTIONS * AGENTS)
     expected[0, 3] = expected[0, 2 * ACTIONS + 4] = 1.0
     assert torch.equal(joint, expected)
+
+
+class JointActionSpy(COMA):
+    """Keeps the presence of the agents each joint action was built with."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.presence = []
+
+    def joint_actions(self, actions, active):
+        self.presence.append(torch.cat(active, dim=1).clone())
+        return super().joint_actions(actions, active)
+
+
+def test_a_truncated_episode_s_end_is_valued_with_the_agents_present_at_it_not_those_of_the_next_episode(tmp_path):
+    set_seed(4)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=3), num_envs=2, seed=0)  # agent_1 leaves after step 3
+    critic = Value(observation_space=joint_space([env.state_space, gymnasium.spaces.Box(0, 1, (4 * 3 + 3,))]),
+                   output_size=4)
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    config = COMA_DEFAULT_CONFIG.copy()
+    config.update({"rollouts": 10, "value_preprocessor": None})
+    config["experiment"]["directory"] = str(tmp_path)
+    agent = JointActionSpy(possible_agents=env.possible_agents,
+                           models={u: {"policy": policy, "value": critic} for u in env.possible_agents},
+                           memories={u: RandomMemory(memory_size=10, num_envs=2) for u in env.possible_agents},
+                           observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                           state_spaces=env.state_spaces, cfg=config)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    (at_the_end,) = agent.presence  # built once, for the final observations of the truncated episodes
+    assert at_the_end[:, 1].logical_not().all(), "agent_1 had left: it is no part of the final joint action"
+    assert at_the_end[:, [0, 2]].all()
+
+
+class ExpectationSpy(COMA):
+    """Keeps the action masks each expectation of Q was taken with."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.masks = []
+
+    def expected_values(self, observations, states, active, masks):
+        self.masks.append(None if masks is None else torch.cat(masks, dim=1).clone())
+        return super().expected_values(observations, states, active, masks)
+
+
+def test_a_truncated_episode_s_end_is_valued_with_the_action_masks_of_its_final_observations(tmp_path):
+    set_seed(5)
+    # action 0 is illegal on odd steps: legal at a new episode's first observation, illegal at the final one (step 5)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99, masked=True), num_envs=2, seed=0)
+    critic = Value(observation_space=joint_space([env.state_space, gymnasium.spaces.Box(0, 1, (4 * 3 + 3,))]),
+                   output_size=4)
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    config = COMA_DEFAULT_CONFIG.copy()
+    config.update({"rollouts": 10, "value_preprocessor": None})
+    config["experiment"]["directory"] = str(tmp_path)
+    agent = ExpectationSpy(possible_agents=env.possible_agents,
+                           models={u: {"policy": policy, "value": critic} for u in env.possible_agents},
+                           memories={u: RandomMemory(memory_size=10, num_envs=2) for u in env.possible_agents},
+                           observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                           state_spaces=env.state_spaces, cfg=config)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    (final_masks,) = agent.masks
+    assert not final_masks[..., 0].any() and final_masks[..., 1:].all()
+
+
+def test_a_kl_adaptive_learning_rate_is_refused_since_coma_measures_no_kl(tmp_path):
+    with pytest.raises(ValueError, match="KLAdaptiveLR"):
+        build(spread_env(), str(tmp_path), cfg={"learning_rate_scheduler": KLAdaptiveLR})

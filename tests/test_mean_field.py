@@ -10,6 +10,7 @@ from marlparts.agents import MFAC, MFAC_DEFAULT_CONFIG, MFQ, MFQ_DEFAULT_CONFIG
 from marlparts.agents.common.mean_field import others_mean_actions
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
+from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 from marlparts.utils.spaces import joint_space
@@ -140,3 +141,24 @@ def test_mfac_advantage_is_q_of_the_action_less_the_policy_s_expectation_given_t
             probabilities = torch.softmax(policy.net(observations[:, :, i]), -1)
             expected = q.gather(-1, actions[:, :, i]) - (probabilities * q).sum(-1, keepdim=True)
             assert torch.allclose(memory.get_tensor_by_name("advantages")[:, :, i], expected, atol=1e-5), i
+
+
+def test_mfq_starts_the_mean_action_afresh_after_the_episodes_are_cut(tmp_path):
+    set_seed(4)
+    env = spread_env()
+    agent = build_mfq(env, str(tmp_path), cfg={"learning_starts": 100})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True}).train()
+    agent.cut_episodes()  # the trainer resets the env: new episodes begin
+    observations, infos = env.reset()
+    agent.act(observations, None, infos, 3, 10)
+    assert torch.equal(agent.groups[0].cache["mean_actions"], torch.zeros(2, AGENTS, ACTIONS))
+
+
+def test_mfq_standardises_the_observation_and_not_the_mean_action_after_it(tmp_path):
+    set_seed(5)
+    env = spread_env()
+    agent = build_mfq(env, str(tmp_path), cfg={"observation_preprocessor": RunningStandardScaler})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 12, "disable_progressbar": True}).train()
+    scaler = agent.groups[0].trained["q"].input_preprocessor
+    assert scaler.running_mean.shape == (env.observation_space("agent_0").shape[0],)
+    assert scaler.running_mean.abs().sum() > 0

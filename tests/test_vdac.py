@@ -4,6 +4,7 @@ import pytest
 import torch
 from helpers import Policy, Value
 from mpe2 import simple_spread_v3
+from toy_envs import CountingEnv
 
 from marlparts.agents import VDAC, VDAC_DEFAULT_CONFIG, VDACMix
 from marlparts.envs import wrap_env
@@ -154,3 +155,35 @@ def test_vdac_mix_without_a_mixer_names_the_missing_role(tmp_path):
     env = spread_env()
     with pytest.raises(KeyError, match="'mixer'"):
         build(env, str(tmp_path), algorithm=VDACMix)
+
+
+def test_by_default_the_team_value_learns_from_every_sample_however_far_its_targets(tmp_path):
+    set_seed(3)
+    env = spread_env()
+    agent = build(env, str(tmp_path), algorithm=AdvantagesOnly, cfg={"stack_models": False})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    for group in agent.groups:  # in the raw units of the team's returns: targets 10 below, old values 5 above
+        memory = group.memory
+        values = memory.get_tensor_by_name("old_values").clone()
+        memory.set_tensor_by_name("value_targets", values - 10.0)
+        memory.set_tensor_by_name("old_values", values + 5.0)
+    agent.minibatch_losses(torch.arange(10))["value"].backward()
+    gradient = agent.groups[0].models["value"].net[-1].bias.grad
+    assert gradient is not None and gradient.abs().sum() > 0  # a value clip of 0.2 around the old value would stop it
+
+
+def test_vdac_mix_keeps_the_final_state_of_an_episode_that_ended_when_a_rollout_is_cut(tmp_path):
+    set_seed(4)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=3), num_envs=2, seed=0)  # agent_1 leaves after step 3
+    uid = env.possible_agents[0]
+    policy = Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+    value = Value(observation_space=env.observation_space(uid))
+    mixer = QMixer(state_space=env.state_space, num_agents=3)
+    agent = build(env, str(tmp_path), algorithm=VDACMix, cfg={"rollouts": 10},
+                  models={u: {"policy": policy, "value": value, "mixer": mixer} for u in env.possible_agents})
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    assert memory.get_tensor_by_name("truncated")[4, :, [0, 2]].all()  # the episodes ended at the fifth step
+    stored = memory.get_tensor_by_name("final_states")[4].clone()
+    agent.cut_episodes()  # the rollout is cut there (e.g. to evaluate on the training env)
+    assert torch.equal(memory.get_tensor_by_name("final_states")[4], stored)

@@ -123,8 +123,9 @@ def make_mfac(env: MultiAgentEnv, directory: str = DIRECTORY) -> MFAC:
 
 
 def battles(env: MultiAgentEnv, red: Any, blue: Any, count: int) -> Dict[str, float]:
-    """``count`` battles between ``red`` and ``blue`` (each an algorithm, acting greedily, or ``"random"``):
-    each team's win rate, the draw rate, and the mean number of each team's agents alive at the end.
+    """``count`` battles between ``red`` and ``blue`` (each an algorithm, acting greedily, or ``"random"``), the
+    first ones of each copy after a reset: each team's win rate, the draw rate, and the mean number of each
+    team's agents alive at the end.
     """
     sides = {"red": (red, team(env, "red")), "blue": (blue, team(env, "blue"))}
     for player, _ in sides.values():
@@ -133,6 +134,8 @@ def battles(env: MultiAgentEnv, red: Any, blue: Any, count: int) -> Dict[str, fl
     observations, infos = env.reset()
     outcomes = {"red wins": 0, "blue wins": 0, "draws": 0}
     alive_at_end = {"red": 0.0, "blue": 0.0}
+    # each copy plays a fixed share of the battles, so quick ones (wipe-outs) are not favoured
+    share = [count // env.num_envs + (1 if copy < count % env.num_envs else 0) for copy in range(env.num_envs)]
     finished = 0
     with torch.no_grad():
         while finished < count:
@@ -148,7 +151,10 @@ def battles(env: MultiAgentEnv, red: Any, blue: Any, count: int) -> Dict[str, fl
             if ended is None or not ended.any():
                 continue
             counts = {side: infos["env_info"][f"{side}_alive"].max(dim=1).values for side in sides}  # (num_envs,)
-            for copy in ended.reshape(-1).nonzero().flatten().tolist()[:count - finished]:
+            for copy in ended.reshape(-1).nonzero().flatten().tolist():
+                if share[copy] == 0:
+                    continue
+                share[copy] -= 1
                 red_alive, blue_alive = float(counts["red"][copy]), float(counts["blue"][copy])
                 outcomes["red wins" if red_alive > blue_alive else "blue wins" if red_alive < blue_alive else "draws"] += 1
                 alive_at_end["red"] += red_alive

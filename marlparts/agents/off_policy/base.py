@@ -103,9 +103,13 @@ class OffPolicyMultiAgent(MultiAgent):
             record.target.requires_grad_(False)
         preprocessor_class = self.cfg["observation_preprocessor"]
         if role == self.OBSERVATION_ROLE and preprocessor_class is not None and record.input_preprocessor is None:
-            record.input_preprocessor = preprocessor_class(model.num_observations,
+            record.input_preprocessor = preprocessor_class(self.observation_size(model),
                                                            **self.cfg["observation_preprocessor_kwargs"]).to(self.device)
         return record
+
+    def observation_size(self, model: nn.Module) -> int:
+        """How many of ``model``'s inputs are the agent's observation (what the observation preprocessor takes)."""
+        return model.num_observations
 
     def uses_state(self) -> bool:
         """Whether transitions store the global state (and the next one)."""

@@ -94,6 +94,15 @@ class MFQ(OffPolicyMultiAgent):
         if mode == "eval":
             self._previous[False] = None
 
+    def cut_episodes(self) -> None:
+        """The episodes in progress end here (the env will be reset): the next step's mean actions are zeros."""
+        super().cut_episodes()
+        self._previous[True] = None
+
+    def observation_size(self, model: torch.nn.Module) -> int:
+        """The observation preprocessor standardises the observation, not the mean action after it."""
+        return model.num_observations - self.actions
+
     # ----------------------------------------------------------------------------- acting
     def epsilon(self) -> float:
         """The rate of uniformly random actions at the current stored step."""

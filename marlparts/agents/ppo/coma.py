@@ -14,6 +14,7 @@ from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.agents.ppo.advantages import compute_gae
 from marlparts.agents.ppo.core import PPO_DEFAULT_CONFIG, MultiAgentPPO
 from marlparts.agents.ppo.losses import value_errors
+from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
@@ -55,6 +56,10 @@ class COMA(MultiAgentPPO):
             if uid in spaces and not isinstance(spaces[uid], gymnasium.spaces.Discrete):
                 raise TypeError(f"{cls_name}'s critic values every own action of an agent, so actions must be discrete; "
                                 f"agent {uid!r} has the action space {spaces[uid]}")
+        scheduler = (kwargs.get("cfg") or {}).get("learning_rate_scheduler")
+        if isinstance(scheduler, type) and issubclass(scheduler, KLAdaptiveLR):
+            raise ValueError(f"{cls_name}'s actor takes plain policy-gradient steps and measures no KL divergence, so "
+                             "cfg['learning_rate_scheduler'] cannot be KLAdaptiveLR (use a torch.optim.lr_scheduler)")
         super().__init__(**kwargs)
         critics = self.distinct_models("value")
         if len(critics) != 1:
@@ -75,7 +80,7 @@ class COMA(MultiAgentPPO):
             self._own_columns.append(own.to(self.device))
         self._next_expectation: Optional[Tuple[Mapping[str, torch.Tensor], Dict[int, torch.Tensor]]] = None
         self._final_expectation: Optional[Dict[int, torch.Tensor]] = None
-        self._step_infos: Mapping[str, Any] = {}
+        self._step: Mapping[str, Any] = {}
 
     # ----------------------------------------------------------------------------- the critic
     def critic_input_size(self, uid: str) -> int:
@@ -134,21 +139,17 @@ class COMA(MultiAgentPPO):
         _, _, outputs = group.models["policy"].act(inputs, role="policy")
         return torch.softmax(outputs["logits"], dim=-1).unflatten(0, observations.shape[:2])
 
-    def expected_values(self, observations: Mapping[str, torch.Tensor], states: torch.Tensor,
-                        infos: Optional[Mapping[str, Any]] = None) -> Dict[int, torch.Tensor]:
+    def expected_values(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor],
+                        active: List[torch.Tensor], masks: Optional[List[torch.Tensor]]) -> Dict[int, torch.Tensor]:
         """Per group ``(E, group, 1)``: ``Σ_a π_i(a|o_i) Q(s, (u^{-i}, a))`` in return units, the other agents'
-        actions drawn from their policies.
+        actions drawn from their policies; ``active`` and ``masks`` (each group's ``(E, group, ...)``, masks may be
+        None) say which agents are present at these observations and which of their actions are legal.
         """
-        infos = infos or {}
-        masks, active = infos.get("action_mask"), infos.get("active")
         observed = [stack_agents(observations, group.uids) for group in self.groups]
-        probabilities = [self.policy_probabilities(group, obs, None if masks is None else
-                                                   stack_agents(masks, group.uids).bool())
-                         for group, obs in zip(self.groups, observed)]
+        probabilities = [self.policy_probabilities(group, obs, None if masks is None else masks[index])
+                         for index, (group, obs) in enumerate(zip(self.groups, observed))]
         drawn = [torch.multinomial(p.flatten(0, 1), 1).unflatten(0, p.shape[:2]) for p in probabilities]
-        joint = self.joint_actions(drawn, [torch.ones_like(a, dtype=torch.bool) if active is None
-                                           else stack_agents(active, group.uids).bool()
-                                           for a, group in zip(drawn, self.groups)])
+        joint = self.joint_actions(drawn, active)
         return {index: (probabilities[index] * self.in_return_units(group, self.q_values(group, states, obs, joint)))
                 .sum(-1, keepdim=True) for index, (group, obs) in enumerate(zip(self.groups, observed))}
 
@@ -156,23 +157,41 @@ class COMA(MultiAgentPPO):
         """Store the step (the final observations of truncated episodes are valued on first need, for every
         group with one draw of the other agents' actions).
         """
-        self._step_infos, self._final_expectation = kwargs.get("infos") or {}, None
+        self._step, self._final_expectation = kwargs, None
         super().record_transition(**kwargs)
 
     def final_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
-        """The expected ``Q`` of the final observations of the step just taken."""
+        """The expected ``Q`` of the final observations of the step just taken: present are the agents that acted
+        at the step and did not terminate, with the action masks of the final observations.
+        """
         if self._final_expectation is None:
-            self._final_expectation = self.expected_values(self._step_infos["final_observation"],
-                                                           self._step_infos.get("final_state"), self._step_infos)
+            infos, terminated, truncated = (self._step[key] for key in ("infos", "terminated", "truncated"))
+            active = [group.cache["active"] & ~stack_agents(terminated, group.uids).bool() for group in self.groups]
+            masks = None
+            if infos.get("action_mask") is not None:
+                final_masks = infos.get("final_action_mask", infos["action_mask"])
+                masks = [torch.where(stack_agents(terminated, g.uids).bool() | stack_agents(truncated, g.uids).bool(),
+                                     stack_agents(final_masks, g.uids), stack_agents(infos["action_mask"], g.uids)).bool()
+                         for g in self.groups]
+            self._final_expectation = self.expected_values(infos["final_observation"], infos.get("final_state"),
+                                                           active, masks)
         return self._final_expectation[self.groups.index(group)]
 
     def next_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
                     infos: Optional[Mapping[str, Any]]) -> torch.Tensor:
         """The expected ``Q`` of the observations after the rollout (one draw of the next actions for every group)."""
         if self._next_expectation is None or self._next_expectation[0] is not self._next_observations:
-            self._next_expectation = (self._next_observations,
-                                      self.expected_values(self._next_observations, self._next_states, infos))
+            infos = infos or {}
+            active = [self.active_mask(infos, g, self._next_copies(), self.device) for g in self.groups]
+            masks = None if infos.get("action_mask") is None else \
+                [stack_agents(infos["action_mask"], g.uids).bool() for g in self.groups]
+            self._next_expectation = (self._next_observations, self.expected_values(
+                self._next_observations, self._next_states, active, masks))
         return self._next_expectation[1][self.groups.index(group)]
+
+    def _next_copies(self) -> int:
+        """The number of env copies of the observations that follow the rollout."""
+        return next(iter(self._next_observations.values())).shape[0]
 
     # ----------------------------------------------------------------------------- update
     def compute_advantages(self) -> None:

@@ -19,6 +19,7 @@ from marlparts.utils.spaces import flat_size
 VDAC_DEFAULT_CONFIG: Config = PPO_DEFAULT_CONFIG.copy()
 VDAC_DEFAULT_CONFIG["value_preprocessor"] = None  # the team value is a sum (or mix) of critics: no per-critic scale
 VDAC_DEFAULT_CONFIG["team_reward"] = "sum"        # the team's reward from the agents' rewards: "sum" or "mean"
+VDAC_DEFAULT_CONFIG["clip_predicted_values"] = False  # value_clip would be in raw return units: it would stall V_tot
 
 TEAM_KEYS = ("discount_factor", "gae_lambda", "value_loss_scale", "value_clip", "clip_predicted_values")
 
@@ -201,8 +202,8 @@ class VDACMix(VDAC):
         step, cut_rows = memory.newest_step, None
         if memory.memory_index and self._next_observations is not None:
             ended = [group.memory.get_tensor_by_name("terminated")[step] | group.memory.get_tensor_by_name("truncated")[step]
-                     for group in self.groups]
-            cut_rows = ~self.joint(ended).all(-1)  # some agent's episode goes on: the copy was not reset
+                     | ~group.memory.get_tensor_by_name("active")[step] for group in self.groups]
+            cut_rows = ~self.joint(ended).all(-1)  # an active agent's episode goes on: the copy was not reset
         super().cut_episodes()
         if cut_rows is not None:
             for group in self.groups:
