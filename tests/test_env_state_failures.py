@@ -52,3 +52,25 @@ def test_a_state_that_raises_at_the_end_of_an_episode_is_an_env_copy_error_namin
         for _ in range(5):
             env.step(actions)
     env.close()
+
+
+def test_a_magent2_battle_runs_whole_episodes_without_reading_the_env_s_state():
+    battle_v4 = pytest.importorskip("magent2.environments.battle_v4")
+    from pettingzoo.utils import BaseParallelWrapper
+
+    class StateRaises(BaseParallelWrapper):
+        """MAgent2's state() raises once a team is wiped out; this one always does."""
+
+        def state(self):
+            raise ValueError("state() is not to be called")
+
+    env = wrap_env(lambda: StateRaises(battle_v4.parallel_env(map_size=12, max_cycles=4)), num_envs=2, seed=0,
+                   state_source="observations")
+    env.reset()
+    ended = 0
+    for _ in range(9):
+        actions = {uid: torch.randint(0, int(env.action_space(uid).n), (2, 1)) for uid in env.possible_agents}
+        _, _, _, _, infos = env.step(actions)
+        ended += int(infos["episode_end"].sum())
+    assert ended == 4 and env.state().shape == (2, env.state_space.shape[0])
+    env.close()
