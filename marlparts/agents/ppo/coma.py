@@ -42,7 +42,7 @@ class COMA(MultiAgentPPO):
 
     Where an episode is cut (a time limit, the rollout's end) the value that follows is
     ``Σ_a π_i(a|o'_i) Q(s', (u'^{-i}, a))`` with the other agents' next actions drawn from their policies.
-    Policies may be shared or each agent's own. ``ratio_clip`` and ``kl_threshold`` do not apply.
+    Policies may be shared or each agent's own. ``ratio_clip`` and ``kl_threshold`` are not part of its configuration.
     """
 
     DEFAULT_CONFIG = COMA_DEFAULT_CONFIG
