@@ -32,7 +32,7 @@ EXAMPLES["vmas_balance_mappo"] = ROOT / "examples" / "vmas" / "balance_mappo.py"
 EXAMPLES["lbf_mappo"] = ROOT / "examples" / "lbf" / "foraging_mappo.py"
 EXAMPLES["lbf_vdn"] = ROOT / "examples" / "lbf" / "foraging_vdn.py"
 EXAMPLES["rware_mappo"] = ROOT / "examples" / "rware" / "warehouse_mappo.py"
-TRAINED = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+) s")
+TRAINED = re.compile(r"trained (\d+) env steps(?: on \d+ rank\(s\))? in ([\d.]+) s")
 
 
 def run_example(algorithm: str, seed: int, timesteps: int, episodes: int, directory: str, extra: list) -> dict:
