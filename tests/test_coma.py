@@ -171,6 +171,23 @@ def test_an_agent_that_has_left_is_absent_from_the_actions_the_critic_reads(tmp_
     assert torch.equal(joint, expected)
 
 
+def counting_coma(env, directory, algorithm):
+    """``algorithm`` (COMA or a subclass) on the counting task (3 agents, 4 actions), after one 5-step episode."""
+    critic = Value(observation_space=joint_space([env.state_space, gymnasium.spaces.Box(0, 1, (4 * 3 + 3,))]),
+                   output_size=4)
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    config = COMA_DEFAULT_CONFIG.copy()
+    config.update({"rollouts": 10, "value_preprocessor": None})
+    config["experiment"]["directory"] = directory
+    agent = algorithm(possible_agents=env.possible_agents,
+                      models={u: {"policy": policy, "value": critic} for u in env.possible_agents},
+                      memories={u: RandomMemory(memory_size=10, num_envs=2) for u in env.possible_agents},
+                      observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                      state_spaces=env.state_spaces, cfg=config)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    return agent
+
+
 class JointActionSpy(COMA):
     """Keeps the presence of the agents each joint action was built with."""
 
@@ -186,18 +203,7 @@ class JointActionSpy(COMA):
 def test_a_truncated_episode_s_end_is_valued_with_the_agents_present_at_it_not_those_of_the_next_episode(tmp_path):
     set_seed(4)
     env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=3), num_envs=2, seed=0)  # agent_1 leaves after step 3
-    critic = Value(observation_space=joint_space([env.state_space, gymnasium.spaces.Box(0, 1, (4 * 3 + 3,))]),
-                   output_size=4)
-    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
-    config = COMA_DEFAULT_CONFIG.copy()
-    config.update({"rollouts": 10, "value_preprocessor": None})
-    config["experiment"]["directory"] = str(tmp_path)
-    agent = JointActionSpy(possible_agents=env.possible_agents,
-                           models={u: {"policy": policy, "value": critic} for u in env.possible_agents},
-                           memories={u: RandomMemory(memory_size=10, num_envs=2) for u in env.possible_agents},
-                           observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
-                           state_spaces=env.state_spaces, cfg=config)
-    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    agent = counting_coma(env, str(tmp_path), JointActionSpy)
     (at_the_end,) = agent.presence  # built once, for the final observations of the truncated episodes
     assert at_the_end[:, 1].logical_not().all(), "agent_1 had left: it is no part of the final joint action"
     assert at_the_end[:, [0, 2]].all()
@@ -219,18 +225,7 @@ def test_a_truncated_episode_s_end_is_valued_with_the_action_masks_of_its_final_
     set_seed(5)
     # action 0 is illegal on odd steps: legal at a new episode's first observation, illegal at the final one (step 5)
     env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99, masked=True), num_envs=2, seed=0)
-    critic = Value(observation_space=joint_space([env.state_space, gymnasium.spaces.Box(0, 1, (4 * 3 + 3,))]),
-                   output_size=4)
-    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
-    config = COMA_DEFAULT_CONFIG.copy()
-    config.update({"rollouts": 10, "value_preprocessor": None})
-    config["experiment"]["directory"] = str(tmp_path)
-    agent = ExpectationSpy(possible_agents=env.possible_agents,
-                           models={u: {"policy": policy, "value": critic} for u in env.possible_agents},
-                           memories={u: RandomMemory(memory_size=10, num_envs=2) for u in env.possible_agents},
-                           observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
-                           state_spaces=env.state_spaces, cfg=config)
-    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    agent = counting_coma(env, str(tmp_path), ExpectationSpy)
     (final_masks,) = agent.masks
     assert not final_masks[..., 0].any() and final_masks[..., 1:].all()
 
