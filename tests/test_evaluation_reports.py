@@ -1,5 +1,8 @@
 """What trainer.eval() reports, whoever plays the seats."""
 
+import json
+import pathlib
+
 import pytest
 import torch
 from helpers import build_mappo
@@ -34,3 +37,15 @@ def test_an_evaluation_of_one_algorithm_reports_its_own_seats_at_the_top_level(t
     (team,) = report["teams"].values()
     assert report["mean_return"] == team["mean_return"]
     assert sorted(team["returns"]) == ["agent_0", "agent_1"]
+
+
+def test_an_evaluation_where_the_algorithm_played_no_seat_leaves_its_evaluation_report_as_it_was(tmp_path):
+    env = counting()
+    agent = build_mappo(env, directory=str(tmp_path))
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 4, "disable_progressbar": True})
+    trainer.train()
+    own = trainer.eval(episodes=4)
+    path = pathlib.Path(agent.experiment_dir) / "evaluation.json"
+    assert json.loads(path.read_text()) == own and own["opponents"] == []
+    trainer.eval(episodes=6, opponents=random_team(env.possible_agents))  # a random team in every seat
+    assert json.loads(path.read_text()) == own  # the algorithm's own report, not the random team's

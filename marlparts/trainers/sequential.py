@@ -46,8 +46,8 @@ class SequentialTrainer(Trainer):
 
     With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps: each
     algorithm logs the result under ``Evaluation / ...`` and keeps ``best_agent.pt`` for its
-    best evaluation return. Every evaluation writes its report to ``evaluation.json`` in each
-    algorithm's experiment folder.
+    best evaluation return. Every evaluation writes its report to ``evaluation.json`` in the
+    experiment folder of each algorithm that played in it.
 
     The progress bar shows env steps per second (env copies × steps) and the mean return
     over agents of recently finished episodes, per team when several algorithms share the env.
@@ -229,7 +229,8 @@ class SequentialTrainer(Trainer):
             > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. Where the env carries
             ``info_keys``, ``"env_info"`` gives, per key, each agent's mean over the episodes of the key's
             sum over the episode. The dict is also
-            written to ``evaluation.json`` in each algorithm's experiment folder.
+            written to ``evaluation.json`` in the experiment folder of each algorithm that played a seat (an
+            evaluation of fixed policies in every seat of an algorithm leaves its report as it was).
         """
         env = self._evaluation_env()
         episodes = int(episodes or self.cfg["eval_episodes"])
@@ -261,7 +262,10 @@ class SequentialTrainer(Trainer):
         if collected.frames is not None:
             report["videos"] = self._write_videos(collected.frames, timestep)
         for agent in self.agents:
-            if agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) and is_main_process():
+            # an evaluation in which fixed policies played every seat of an algorithm is no report of it
+            played = any(uid not in fixed for uid in agent.possible_agents)
+            if played and agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) \
+                    and is_main_process():
                 write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
         self.notify("on_evaluation", report)
         return report
