@@ -162,3 +162,28 @@ def test_mfq_standardises_the_observation_and_not_the_mean_action_after_it(tmp_p
     scaler = agent.groups[0].trained["q"].input_preprocessor
     assert scaler.running_mean.shape == (env.observation_space("agent_0").shape[0],)
     assert scaler.running_mean.abs().sum() > 0
+
+
+def test_mfq_means_are_those_of_the_other_agents_when_groups_interleave_the_agents(tmp_path):
+    set_seed(6)
+    env = spread_env()
+    shared = Value(observation_space=with_mean_action(env), output_size=ACTIONS)  # agent_0 and agent_2
+    config = MFQ_DEFAULT_CONFIG.copy()
+    config.update({"batch_size": 16, "learning_starts": 100})
+    config["experiment"]["directory"] = str(tmp_path)
+    models = {"agent_0": {"q": shared}, "agent_1": {"q": Value(observation_space=with_mean_action(env),
+                                                               output_size=ACTIONS)}, "agent_2": {"q": shared}}
+    agent = MFQ(possible_agents=env.possible_agents, models=models,
+                memories={u: RandomMemory(memory_size=50, num_envs=2) for u in env.possible_agents},
+                observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=config)
+    assert [group.uids for group in agent.groups] == [["agent_0", "agent_2"], ["agent_1"]]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True}).train()
+    stored = {}
+    for group in agent.groups:
+        actions = group.memory.get_tensor_by_name("actions")[:6, :, :, 0]
+        following = group.memory.get_tensor_by_name("next_mean_actions")[:6]
+        for k, uid in enumerate(group.uids):
+            stored[uid] = (torch.nn.functional.one_hot(actions[:, :, k], ACTIONS).float(), following[:, :, k])
+    for uid in env.possible_agents:
+        others = [stored[other][0] for other in env.possible_agents if other != uid]
+        assert torch.allclose(stored[uid][1], sum(others) / 2), uid

@@ -69,9 +69,8 @@ class MFQ(OffPolicyMultiAgent):
                                                f"the others' mean action of {self.actions} values in, one utility per "
                                                "action out)")
             group.trained["q"] = self.add_off_policy_model(group.models["q"], "q")
-        positions = [position for group in self.groups for position in group.agent_indexes.tolist()]
-        self._rank = torch.as_tensor([sorted(positions).index(p) for p in positions])  # each agent's row in the mean
-        self._previous: Dict[bool, Optional[torch.Tensor]] = {True: None, False: None}  # (E, agents, actions) per mode
+        # per mode, (E, agents, actions): each agent's mean of the others' last actions, the groups' agents in turn
+        self._previous: Dict[bool, Optional[torch.Tensor]] = {True: None, False: None}
 
     def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
         """Also the mean actions each transition was chosen with, and the ones of its next observation."""
@@ -131,7 +130,7 @@ class MFQ(OffPolicyMultiAgent):
         for group in self.groups:
             obs = self.observe(group, observations, infos)
             mask = None if masks is None else stack_agents(masks, group.uids).bool()
-            mean = previous[:, self._rank[start:start + group.size].to(previous.device)]
+            mean = previous[:, start:start + group.size]
             start += group.size
             values = self.utilities(group.models["q"], obs, mean, mask)
             if self.training or self.stochastic_evaluation:
@@ -153,8 +152,8 @@ class MFQ(OffPolicyMultiAgent):
                 for uid, action in unstack_agents(actions, group.uids).items()}
 
     def previous_mean_actions(self, infos: Mapping[str, Any], like: torch.Tensor) -> torch.Tensor:
-        """``(E, agents, actions)`` in agent order: the mean actions of the previous step, zeros for a copy whose
-        episode just began.
+        """``(E, agents, actions)``, the groups' agents in turn: the mean actions of the previous step, zeros for a
+        copy whose episode just began.
         """
         previous = self._previous[self.training]
         if previous is None or previous.shape[0] != like.shape[0]:
@@ -167,14 +166,12 @@ class MFQ(OffPolicyMultiAgent):
         ``ā'`` of this transition's target).
         """
         one_hot = torch.cat([F.one_hot(actions.squeeze(-1), self.actions) * on for actions, on in zip(chosen, active)],
-                            dim=1).float()                                          # (E, agents in group order, actions)
-        ordered = one_hot[:, self._rank.argsort().to(one_hot.device)]             # agent order
-        mean = others_mean_actions(ordered.flatten(1), torch.arange(len(self.possible_agents)), self.actions)
+                            dim=1).float()                                          # (E, the groups' agents, actions)
+        # the others' mean of each agent does not depend on the order of the agents: it stays the groups' order
+        mean = others_mean_actions(one_hot.flatten(1), torch.arange(one_hot.shape[1]), self.actions)
         self._previous[self.training] = mean
-        start = 0
-        for group in self.groups:
-            group.cache["next_mean_actions"] = mean[:, self._rank[start:start + group.size].to(mean.device)]
-            start += group.size
+        for group, part in zip(self.groups, mean.split([group.size for group in self.groups], dim=1)):
+            group.cache["next_mean_actions"] = part
 
     # ----------------------------------------------------------------------------- update
     def gradient_update(self, batches: List[Dict[str, torch.Tensor]]) -> Dict[str, torch.Tensor]:
