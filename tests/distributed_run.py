@@ -5,10 +5,14 @@
 Each rank trains MAPPO (or MADDPG) on its own copies of CountingEnv, where every step rewards the
 action taken (0..3, so the best return of a 5-step episode is 15 and random actions score 7.5),
 then writes its parameters, its preprocessor statistics, its copy seeds and the greedy evaluation
-to OUT/rank<r>.pt.
+to OUT/rank<r>.pt. At its very end (an exit handler registered before the process group exists, so
+it runs after any the library registers) each rank writes to OUT/exit<r>.txt whether its process
+group is still alive: one left to the interpreter's finalisation can abort the process (gloo's
+threads then free tensors without the interpreter).
 """
 
 import argparse
+import atexit
 import os
 import sys
 
@@ -41,6 +45,11 @@ class WiderCountingEnv(CountingEnv):
         return np.append(super()._obs(agent, action), 0.0).astype(np.float32)
 
 
+def write_whether_the_process_group_outlives_the_script(out, rank):
+    with open(os.path.join(out, f"exit{rank}.txt"), "w") as file:
+        file.write("alive" if torch.distributed.is_initialized() else "destroyed")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -49,6 +58,7 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
+    atexit.register(write_whether_the_process_group_outlives_the_script, args.out, int(os.environ["RANK"]))
     rank, world_size = init_distributed()
     set_seed(0)
     if args.algorithm == "maddpg":

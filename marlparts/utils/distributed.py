@@ -7,8 +7,10 @@ streams; the algorithms broadcast their parameters from rank 0 before training, 
 gradients with one all-reduce per optimizer step over one flat buffer, combine the
 preprocessors' and value normalisers' statistics across ranks, and only rank 0 writes logs,
 checkpoints and reports. Without ``torchrun`` every function here is a no-op for one process.
+The process group is destroyed when the script ends (or earlier by :func:`close_distributed`).
 """
 
+import atexit
 import os
 import warnings
 from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
@@ -46,6 +48,10 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
 
     Returns:
         ``(rank, world size)``.
+
+    The process group is destroyed at the script's exit, while the interpreter is still whole: one left
+    to the interpreter's finalisation can abort the process (gloo's threads then release tensors with
+    no interpreter to release them to), which ends a finished run with SIGABRT.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return rank_and_world_size()
@@ -63,7 +69,15 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
                                f"node (torchrun --nproc_per_node={gpus}) or use init_distributed('gloo')")
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)
+    atexit.register(close_distributed)
     return rank_and_world_size()
+
+
+def close_distributed() -> None:
+    """Leave and destroy the process group (a no-op where there is none); :func:`init_distributed` has
+    this done at the script's exit, so a script calls it only to end the distributed part earlier."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def local_device() -> torch.device:
