@@ -76,17 +76,8 @@ def success_rate(env, agent, steps):
     return (trainer.eval(episodes=200)["mean_return"] + 1) / 2  # the return is +1 or -1 per agent
 
 
-# Recurrent MAPPO does not learn the cue on every seed: on one machine, success rates over seeds 0-4 were
-# 0.55 / 1 / 1 / 1 / 1 after 1500 steps and 0 / 1 / 0.49 / 1 / 1 after 3000 (at learning rate 1e-3: 1 / 0 / 1 / 1 /
-# 0.51 after 3000), where recurrent IPPO failed seed 4 at 1500. A policy that always answers wrong (0) points to a
-# defect of recurrent PPO, not to noise; the failure is there at d8cf0a8 too. Seed 0 is kept as it was, and the
-# MAPPO case is an expected failure until that is found.
-CUE_DEFECT = pytest.mark.xfail(reason="recurrent PPO converges to the wrong answer on some seeds (see above)",
-                               strict=False)
-
-
 @pytest.mark.learning
-@pytest.mark.parametrize("algorithm", [pytest.param("mappo", marks=CUE_DEFECT), "ippo"])
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
 def test_recurrent_policies_remember_the_cue_and_feed_forward_ones_cannot(algorithm):
     set_seed(0)
     env = wrap_env(lambda: CueEnv(length=4), num_envs=16, seed=0)

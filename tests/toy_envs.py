@@ -129,6 +129,12 @@ class CueEnv(ParallelEnv):
     """A memory task: each agent sees a cue (+1 or -1) at the first step only, and is rewarded at the
     last step of ``length`` for the action that matches it (+1) or not (-1). Without memory the last
     step looks the same whatever the cue, so no feed-forward policy beats chance (mean return 0).
+
+    The task ends there (terminated): the observation carries the step, so the end is part of the task,
+    and a state after it is never visited. Marked as a time limit, every episode would be bootstrapped
+    from that never-trained final observation, whose value a recurrent critic extrapolates from its
+    hidden state: on some seeds the values then grew without bound (to 1e8 within 10k steps), and the
+    rewards of +-1 drowned in the float32 rounding of the advantages.
     """
 
     metadata = {"name": "cue_v0"}
@@ -164,8 +170,8 @@ class CueEnv(ParallelEnv):
         last = self.t >= self.length
         rewards = {a: (1.0 if (actions[a] == 1) == (self.cues[a] > 0) else -1.0) if last else 0.0 for a in self.agents}
         obs = {a: self._obs(a) for a in self.agents}
-        truncated = {a: last for a in self.agents}
-        terminated = {a: False for a in self.agents}
+        terminated = {a: last for a in self.agents}
+        truncated = {a: False for a in self.agents}
         if last:
             self.agents = []
         return obs, rewards, terminated, truncated, {a: {} for a in obs}
