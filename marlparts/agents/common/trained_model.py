@@ -75,8 +75,9 @@ class TrainedModel:
         return optimizer_parameters(self.optimizer)
 
     def zero_gradients(self) -> None:
-        """Forget the gradients of the trained parameters."""
-        self.model.zero_grad(set_to_none=True)
+        """Forget the gradients of the trained parameters (set them to None)."""
+        for parameter in self.trained_parameters():
+            parameter.grad = None
 
     def clip_gradients(self) -> None:
         """Scale the gradient of the trained parameters to norm at most ``grad_norm_clip`` (0: no clipping)."""
