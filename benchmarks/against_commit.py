@@ -14,9 +14,17 @@ Two workloads:
 - ``mappo_example``: each version's own ``examples/mpe/simple_spread_mappo.py`` (64 copies, shared
   policy, centralised critic) for ``--example-steps`` env steps; the rate is the one it prints.
 
+With ``--phases`` (``same_work``), each process also says where the time of a training step goes, in
+microseconds per env step: acting, env stepping, storing, and the update, with its losses, backward
+passes, gradient zeroing and clipping, and optimizer steps (timed with ``perf_counter`` around each, in
+the timed chunks only).
+
 Speeds drift on a shared machine, so the two versions are timed in alternating rounds, each round a
 fresh process per version (the earlier commit is checked out into a temporary git worktree and put
-first on ``PYTHONPATH``). The figures (per round and medians) go to ``--output``.
+first on ``PYTHONPATH``). With ``--simultaneous`` the two processes of a round run at the same time,
+each pinned to a core of its own (the cores swapped every round), so that a drift of the machine's
+speed falls on both alike; this needs two otherwise idle cores. The figures (per round and medians)
+go to ``--output``.
 """
 
 import argparse
@@ -29,14 +37,44 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAINED = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+) s")
 
 
-def measure(chunks: int, chunk_steps: int) -> dict:
+def time_phases(agent, env, times: dict) -> None:
+    """Add the seconds spent in each phase of training to ``times`` from now on (methods wrapped in place)."""
+    import functools
+
+    import torch
+
+    def wrap(owner, name, phase):
+        original = getattr(owner, name)
+
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                times[phase] = times.get(phase, 0.0) + time.perf_counter() - began
+        setattr(owner, name, timed)
+
+    for name, phase in (("act", "act"), ("record_transition", "record"), ("update", "update"), ("group_losses", "losses")):
+        wrap(agent, name, phase)
+    wrap(env, "step", "env_step")
+    for record in agent.trained:
+        wrap(record.optimizer, "step", "optimizer_step")
+        wrap(record, "clip_gradients", "clip")
+        wrap(record, "zero_gradients", "zero")
+    wrap(torch.Tensor, "backward", "backward")
+
+
+def measure(chunks: int, chunk_steps: int, phases: bool = False) -> dict:
     """Train the configuration in this process (whichever ``marlparts`` is imported) and time it in
-    ``chunks`` chunks of ``chunk_steps`` env steps, alternating with as many env-only steps."""
+    ``chunks`` chunks of ``chunk_steps`` env steps, alternating with as many env-only steps; with
+    ``phases``, also the microseconds per env step of each phase of training."""
     import torch
     from mpe2 import simple_spread_v3
 
@@ -97,6 +135,9 @@ def measure(chunks: int, chunk_steps: int) -> dict:
             other.step({uid: torch.randint(0, int(other.action_space(uid).n), (1, 1), generator=generator)
                         for uid in other.possible_agents})
 
+    times: dict = {}
+    if phases:
+        time_phases(agent, env, times)
     training_s = env_s = 0.0
     for _ in range(chunks):
         began = time.perf_counter()
@@ -107,23 +148,48 @@ def measure(chunks: int, chunk_steps: int) -> dict:
         env_s += time.perf_counter() - began
     steps = chunks * chunk_steps
     return {"training_steps_per_s": steps / training_s, "env_only_steps_per_s": steps / env_s,
-            "training_over_env_only": env_s / training_s}
+            "training_over_env_only": env_s / training_s,
+            **{f"us_per_step_{phase}": seconds / steps * 1e6 for phase, seconds in sorted(times.items())}}
 
 
-def run_version(source: pathlib.Path, args: argparse.Namespace) -> dict:
-    """One measuring process with ``source``'s ``marlparts`` first on the path."""
+def start_version(source: pathlib.Path, args: argparse.Namespace, directory: str, core: Optional[int] = None):
+    """Start one measuring process with ``source``'s ``marlparts`` first on the path (pinned to ``core``)."""
     env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
     if args.workload == "mappo_example":
-        with tempfile.TemporaryDirectory() as directory:
-            command = [sys.executable, "examples/mpe/simple_spread_mappo.py", "--timesteps", str(args.example_steps),
-                       "--episodes", "4", "--directory", directory]
-            output = subprocess.run(command, env=env, cwd=source, check=True, capture_output=True, text=True).stdout
+        command = [sys.executable, "examples/mpe/simple_spread_mappo.py", "--timesteps", str(args.example_steps),
+                   "--episodes", "4", "--directory", directory]
+    else:
+        command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure", "--chunks", str(args.chunks),
+                   "--chunk-steps", str(args.chunk_steps)] + (["--phases"] if args.phases else [])
+    pin = None if core is None else (lambda: os.sched_setaffinity(0, {core}))
+    return subprocess.Popen(command, env=env, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=pin)
+
+
+def finish_version(process: subprocess.Popen, args: argparse.Namespace) -> dict:
+    """The figures a measuring process printed."""
+    output, errors = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"a measuring process failed:\n{errors[-3000:]}")
+    if args.workload == "mappo_example":
         steps, seconds = TRAINED.search(output).groups()
         return {"training_steps_per_s": int(steps) / float(seconds)}
-    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure",
-               "--chunks", str(args.chunks), "--chunk-steps", str(args.chunk_steps)]
-    output = subprocess.run(command, env=env, cwd=source, check=True, capture_output=True, text=True).stdout
     return json.loads(output.strip().splitlines()[-1])
+
+
+def run_round(earlier: pathlib.Path, round_index: int, args: argparse.Namespace) -> dict:
+    """Both versions once: one after the other, or at the same time on two cores (swapped every round)."""
+    with tempfile.TemporaryDirectory() as first, tempfile.TemporaryDirectory() as second:
+        if not args.simultaneous:
+            return {"earlier": finish_version(start_version(earlier, args, first), args),
+                    "now": finish_version(start_version(ROOT, args, second), args)}
+        cores = sorted(os.sched_getaffinity(0))[:2]
+        if round_index % 2:
+            cores.reverse()
+        processes = {"earlier": start_version(earlier, args, first, cores[0]),
+                     "now": start_version(ROOT, args, second, cores[1])}
+        return {version: {**finish_version(process, args), "core": cores[index]}
+                for index, (version, process) in enumerate(processes.items())}
 
 
 def main() -> None:
@@ -135,35 +201,40 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=4, help="timed chunks per process")
     parser.add_argument("--chunk-steps", type=int, default=500, help="env steps per chunk (whole rollouts of 125)")
+    parser.add_argument("--simultaneous", action="store_true",
+                        help="run the two versions of a round at the same time, each on a core of its own")
+    parser.add_argument("--phases", action="store_true", help="same_work: time each phase of training too")
     parser.add_argument("--output", help="the JSON results file")
     parser.add_argument("--measure", action="store_true", help="(internal) measure the version on the path")
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.chunks, args.chunk_steps)))
+        print(json.dumps(measure(args.chunks, args.chunk_steps, args.phases)))
         return
     if not args.commit or not args.output:
         parser.error("--commit and --output are needed")
+    if args.simultaneous and len(os.sched_getaffinity(0)) < 2:
+        parser.error("--simultaneous needs two cores")
     report = {"commit": args.commit, "checkout": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                                                                   capture_output=True, text=True).stdout.strip(),
               "workload": args.workload,
               "config": ("simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches"
                          if args.workload == "same_work" else
                          f"examples/mpe/simple_spread_mappo.py of each version, {args.example_steps} env steps"),
-              "rounds": []}
+              "simultaneous": args.simultaneous, "rounds": []}
     with tempfile.TemporaryDirectory() as folder:
         earlier = pathlib.Path(folder) / "earlier"
         subprocess.run(["git", "worktree", "add", "--detach", str(earlier), args.commit], cwd=ROOT, check=True,
                        capture_output=True)
         try:
             for round_index in range(args.rounds):
-                row = {"earlier": run_version(earlier, args), "now": run_version(ROOT, args)}
+                row = run_round(earlier, round_index, args)
                 report["rounds"].append(row)
                 print(json.dumps({"round": round_index, **row}), flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(earlier)], cwd=ROOT, capture_output=True)
     summary = {}
     for version in ("earlier", "now"):
-        for key in report["rounds"][0][version]:
+        for key in (key for key in report["rounds"][0][version] if key != "core"):
             summary[f"{version}_{key}"] = statistics.median(row[version][key] for row in report["rounds"])
     summary["now_over_earlier"] = statistics.median(row["now"]["training_steps_per_s"] / row["earlier"]["training_steps_per_s"]
                                                     for row in report["rounds"])
