@@ -75,7 +75,8 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
 
 def close_distributed() -> None:
     """Leave and destroy the process group (a no-op where there is none); :func:`init_distributed` has
-    this done at the script's exit, so a script calls it only to end the distributed part earlier."""
+    this done at the script's exit, so a script calls it only to end the distributed part earlier.
+    """
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
