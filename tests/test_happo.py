@@ -4,6 +4,7 @@ import pytest
 import torch
 from helpers import Policy, Value
 from mpe2 import simple_spread_v3
+from toy_envs import CountingEnv
 
 from marlparts.agents import HAPPO, HAPPO_DEFAULT_CONFIG
 from marlparts.envs import wrap_env
@@ -86,3 +87,20 @@ def test_agents_that_share_a_policy_are_refused_by_name(own_critics, tmp_path):
     env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=25), num_envs=2, seed=0)
     with pytest.raises(ValueError, match=r"may not share a policy.*\['agent_0', 'agent_1', 'agent_2'\]"):
         build(env, str(tmp_path), share_policy=True, own_critics=own_critics)
+
+
+def test_an_agent_that_sat_out_the_whole_rollout_takes_no_step(tmp_path):
+    """agent_1 leaves at step 1 of 50-step episodes: it acts in the first rollout of 5 steps, in none of the second.
+    Its losses there are empty and its gradients zeros, on which Adam's momentum would still move its policy."""
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=50, leave_at=1), num_envs=2, seed=0)
+    agent = build(env, str(tmp_path), cfg={"learning_epochs": 2, "learning_rate": 1e-2})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True})
+    trainer.train()  # the first update: agent_1 acted, its optimizer has momentum
+    before = {uid: [p.detach().clone() for p in agent.models[uid]["policy"].parameters()] for uid in ("agent_0", "agent_1")}
+    trainer.cfg["timesteps"] = 10
+    trainer.train()
+    assert not agent.groups[1].memory.get_tensor_by_name("active").any()  # agent_1 sat out the second rollout
+    after = {uid: list(agent.models[uid]["policy"].parameters()) for uid in before}
+    assert all(torch.equal(a, b) for a, b in zip(before["agent_1"], after["agent_1"]))
+    assert not all(torch.equal(a, b) for a, b in zip(before["agent_0"], after["agent_0"]))

@@ -7,7 +7,7 @@ import torch
 from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.utils.config import Config
-from marlparts.utils.distributed import broadcast_tensors, mean_over_ranks
+from marlparts.utils.distributed import all_reduce_sum, broadcast_tensors, mean_over_ranks
 
 HAPPO_DEFAULT_CONFIG: Config = MAPPO_DEFAULT_CONFIG.copy()
 HAPPO_DEFAULT_CONFIG["stack_models"] = False  # each agent's policy is stepped on its own, in turn
@@ -43,25 +43,39 @@ class HAPPO(MAPPO):
 
         1. advantages and returns by GAE (as MAPPO);
         2. ``M = 1``; for each agent in a random order: PPO epochs on its policy with advantages ``M * A``,
-           then ``M *= pi_new / pi_old`` of that agent on every sample;
+           then ``M *= pi_new / pi_old`` of that agent on every sample (an agent that never acted in the
+           rollout is passed over);
         3. the critic's epochs on the value loss;
         4. the preprocessors and value normalisers take in the rollout's statistics.
         """
         self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
+        acted = self.groups_that_acted()
         factor = torch.ones(len(self.groups[0].memory), device=self.device)
         policy_metrics: List[dict] = []
         last_kls: List[float] = []  # each agent's KL at its last epoch, for a KL-adaptive learning rate
         for group in self.update_order():
+            if group not in acted:  # its agent never acted: no step (its ratios would all be 1)
+                continue
             metrics, last_kl = self.train_policy(group, factor)
             policy_metrics += metrics
             last_kls.append(last_kl)
             factor = factor * self.probability_ratios(group)
-        value_metrics = self.train_critics()
+        value_metrics = self.train_critics(acted)
         self.update_preprocessors()
-        self.finish_update(sum(last_kls) / len(last_kls), {
+        self.finish_update(sum(last_kls) / max(len(last_kls), 1), {
             "Loss / policy": _mean(policy_metrics, "policy"), "Loss / value": _mean(value_metrics, "value"),
             "Policy / entropy": _mean(policy_metrics, "entropy_value"), "Policy / KL": _mean(policy_metrics, "kl")})
+
+    def groups_that_acted(self) -> List[AgentGroup]:
+        """The groups (one agent each) with an active sample in the stored rollout, on any ``torchrun`` rank. An
+        agent that sat out the whole rollout (it had left, or it was never its turn) has empty losses: its zero
+        gradients would still move its policy through Adam's momentum, so it takes no step, as in the
+        reference implementation (HARL).
+        """
+        acted = torch.stack([group.memory.get_tensor_by_name("active").any() for group in self.groups])
+        acted = all_reduce_sum(acted.float()).gt(0).tolist()  # every rank passes over the same agents
+        return [group for group, any_active in zip(self.groups, acted) if any_active]
 
     def update_order(self) -> List[AgentGroup]:
         """The groups (one agent each) in a fresh random order, the same on every ``torchrun`` rank (rank 0's)."""
@@ -109,9 +123,11 @@ class HAPPO(MAPPO):
         ratios = (log_prob.reshape(-1) - stored["log_prob"].reshape(-1)).exp()
         return torch.where(stored["active"].reshape(-1), ratios, torch.ones_like(ratios))
 
-    def train_critics(self) -> List[dict]:
-        """The critic's epochs: the value loss of every agent, one step per distinct critic per minibatch."""
-        critics = list({id(group.trained["value"]): group.trained["value"] for group in self.groups}.values())
+    def train_critics(self, acted: List[AgentGroup]) -> List[dict]:
+        """The critic's epochs: the value loss of every agent, one step per minibatch for each distinct critic of the
+        groups ``acted`` (those with an active sample).
+        """
+        critics = list({id(group.trained["value"]): group.trained["value"] for group in acted}.values())
         metrics = []
         for _ in range(self.cfg["learning_epochs"]):
             for indexes in self.minibatch_indexes():
