@@ -1,5 +1,8 @@
 """Gymnasium multi-agent envs (tuple spaces, reward lists, one done): the adapter and the batched wrapper."""
 
+import importlib.util
+import pathlib
+
 import gymnasium
 import numpy as np
 import pytest
@@ -8,6 +11,8 @@ from toy_envs import CountingEnv, TupleSpacesEnv
 
 from marlparts.envs import GymnasiumMultiAgentEnv, wrap_env
 from marlparts.envs.gymnasium_multiagent import env_time_limit, is_gymnasium_multi_agent
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def actions_of(env, value):
@@ -210,3 +215,23 @@ def test_a_reset_that_returns_only_the_observations_of_two_agents_is_read_as_suc
     env = wrap_env(lambda: GymnasiumMultiAgentEnv(ResetWithoutInfo(), time_limit=None))
     observations, _ = env.reset()
     assert observations["agent_1"].tolist() == [[0.0, 1.0]]
+
+
+@pytest.mark.parametrize("name", ["foraging_mappo", "foraging_vdn"])
+def test_the_lbf_examples_act_greedily_among_legal_moves_only(name, tmp_path):
+    """LBF turns an illegal move into standing still: a greedy agent that prefers one would stand still for good,
+    so each LBF example masks the moves LBF refuses (read off its get_valid_actions())."""
+    pytest.importorskip("lbforaging")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "lbf" / f"{name}.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    env = example.make_env(num_envs=2, seed=0)
+    agent = example.make_agent(env, str(tmp_path))
+    agent.set_mode("eval")
+    observations, infos = env.reset()
+    for _ in range(30):
+        actions = agent.act(observations, env.state(), infos, 0, 0)
+        for uid, action in actions.items():
+            assert infos["action_mask"][uid].gather(1, action.long()).all(), f"{uid} chose an illegal move"
+        observations, _, _, _, infos = env.step(actions)
+    env.close()
