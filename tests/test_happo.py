@@ -104,3 +104,26 @@ def test_an_agent_that_sat_out_the_whole_rollout_takes_no_step(tmp_path):
     after = {uid: list(agent.models[uid]["policy"].parameters()) for uid in before}
     assert all(torch.equal(a, b) for a, b in zip(before["agent_1"], after["agent_1"]))
     assert not all(torch.equal(a, b) for a, b in zip(before["agent_0"], after["agent_0"]))
+
+
+class NobodyActs(HAPPO):
+    """Marks every stored step inactive once the advantages are computed: no agent acted in the rollout."""
+
+    def compute_advantages(self):
+        super().compute_advantages()
+        for group in self.groups:
+            group.memory.get_tensor_by_name("active").fill_(False)
+
+
+def test_a_rollout_where_no_agent_acted_trains_nothing_and_runs_no_backward_pass(tmp_path):
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=3), num_envs=2, seed=0)
+    agent = build(env, str(tmp_path), algorithm=NobodyActs)
+    before = {name: [t.clone() for t in part.state_dict().values()] for name, part in agent.checkpoint_parts().items()
+              if isinstance(part, torch.nn.Module)}
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 5, "disable_progressbar": True}).train()
+    for name, part in agent.checkpoint_parts().items():
+        if isinstance(part, torch.nn.Module) and name in before and not name.startswith(("preprocessor", "value_normaliser")):
+            assert all(torch.equal(a, b) for a, b in zip(before[name], part.state_dict().values())), name
+            # no gradient computed for nothing (and, with mixed precision, no scaler update without a step)
+            assert all(parameter.grad is None for parameter in part.parameters()), name

@@ -19,8 +19,11 @@ class OptimizationMixin:
     def optimize(self, records: Sequence[TrainedModel], loss: torch.Tensor) -> None:
         """One optimizer step for each of ``records`` on ``loss``: zero, backward, average the gradients
         over ``torchrun`` ranks (one all-reduce), clip the gradient norm, step. With mixed precision the
-        loss is scaled and the gradients unscaled before clipping.
+        loss is scaled and the gradients unscaled before clipping. With no record there is nothing to step,
+        and no backward pass is run.
         """
+        if not records:
+            return
         for record in records:
             record.zero_gradients()
         scaler = self._grad_scaler

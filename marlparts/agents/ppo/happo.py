@@ -128,7 +128,9 @@ class HAPPO(MAPPO):
         groups ``acted`` (those with an active sample).
         """
         critics = list({id(group.trained["value"]): group.trained["value"] for group in acted}.values())
-        metrics = []
+        metrics: List[dict] = []
+        if not critics:  # no agent acted in the rollout
+            return metrics
         for _ in range(self.cfg["learning_epochs"]):
             for indexes in self.minibatch_indexes():
                 with self.autocast():
