@@ -4,8 +4,10 @@
         --output benchmarks/results/same_work_against_commit.json
     python benchmarks/against_commit.py --workload mappo_example --commit 49fc192 --rounds 5 \\
         --output benchmarks/results/mappo_example_against_commit.json
+    python benchmarks/against_commit.py --workload example --example examples/mpe/simple_speaker_listener_happo.py \\
+        --commit <commit> --rounds 5 --output <file>
 
-Two workloads:
+Three workloads:
 
 - ``same_work``: the configuration of a library that steps one env copy: simple_spread (3 agents,
   discrete actions), each agent its own policy and critic (no sharing), rollouts of 125 steps, 10
@@ -13,6 +15,7 @@ Two workloads:
   training, so every rate comes with its ratio to env-only.
 - ``mappo_example``: each version's own ``examples/mpe/simple_spread_mappo.py`` (64 copies, shared
   policy, centralised critic) for ``--example-steps`` env steps; the rate is the one it prints.
+- ``example``: the same with each version's own copy of the example script ``--example``.
 
 With ``--phases`` (``same_work``), each process also says where the time of a training step goes, in
 microseconds per env step: acting, env stepping, storing, and the update, with its losses, backward
@@ -40,7 +43,8 @@ import time
 from typing import Optional
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TRAINED = re.compile(r"trained (\d+) env steps on \d+ rank\(s\) in ([\d.]+) s")
+TRAINED = re.compile(r"trained (\d+) env steps(?: on \d+ rank\(s\))? in ([\d.]+) s")
+MAPPO_EXAMPLE = "examples/mpe/simple_spread_mappo.py"
 
 
 def time_phases(agent, env, times: dict) -> None:
@@ -152,12 +156,17 @@ def measure(chunks: int, chunk_steps: int, phases: bool = False) -> dict:
             **{f"us_per_step_{phase}": seconds / steps * 1e6 for phase, seconds in sorted(times.items())}}
 
 
+def example_script(args: argparse.Namespace) -> str:
+    """The example script an example workload runs (each version's own copy of it)."""
+    return args.example if args.workload == "example" else MAPPO_EXAMPLE
+
+
 def start_version(source: pathlib.Path, args: argparse.Namespace, directory: str, core: Optional[int] = None):
     """Start one measuring process with ``source``'s ``marlparts`` first on the path (pinned to ``core``)."""
     env = {**os.environ, "PYTHONPATH": str(source), "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    if args.workload == "mappo_example":
-        command = [sys.executable, "examples/mpe/simple_spread_mappo.py", "--timesteps", str(args.example_steps),
-                   "--episodes", "4", "--directory", directory]
+    if args.workload in ("mappo_example", "example"):
+        command = [sys.executable, example_script(args), "--timesteps", str(args.example_steps), "--episodes", "4",
+                   "--directory", directory]
     else:
         command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure", "--chunks", str(args.chunks),
                    "--chunk-steps", str(args.chunk_steps)] + (["--phases"] if args.phases else [])
@@ -171,7 +180,7 @@ def finish_version(process: subprocess.Popen, args: argparse.Namespace) -> dict:
     output, errors = process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"a measuring process failed:\n{errors[-3000:]}")
-    if args.workload == "mappo_example":
+    if args.workload in ("mappo_example", "example"):
         steps, seconds = TRAINED.search(output).groups()
         return {"training_steps_per_s": int(steps) / float(seconds)}
     return json.loads(output.strip().splitlines()[-1])
@@ -196,8 +205,9 @@ def main() -> None:
     """Alternate the two versions for ``--rounds`` rounds and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", help="the earlier commit to time against this checkout")
-    parser.add_argument("--workload", choices=["same_work", "mappo_example"], default="same_work")
-    parser.add_argument("--example-steps", type=int, default=64000, help="env steps of each run of the MAPPO example")
+    parser.add_argument("--workload", choices=["same_work", "mappo_example", "example"], default="same_work")
+    parser.add_argument("--example", default=MAPPO_EXAMPLE, help="the example script of the 'example' workload")
+    parser.add_argument("--example-steps", type=int, default=64000, help="env steps of each run of the example")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=4, help="timed chunks per process")
     parser.add_argument("--chunk-steps", type=int, default=500, help="env steps per chunk (whole rollouts of 125)")
@@ -219,7 +229,7 @@ def main() -> None:
               "workload": args.workload,
               "config": ("simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches"
                          if args.workload == "same_work" else
-                         f"examples/mpe/simple_spread_mappo.py of each version, {args.example_steps} env steps"),
+                         f"{example_script(args)} of each version, {args.example_steps} env steps"),
               "simultaneous": args.simultaneous, "rounds": []}
     with tempfile.TemporaryDirectory() as folder:
         earlier = pathlib.Path(folder) / "earlier"

@@ -20,9 +20,9 @@ class AdvantageSpy(HAPPO):
         super().__init__(**kwargs)
         self.seen = {}
 
-    def group_losses(self, group, indexes):
+    def policy_losses(self, group, indexes):
         self.seen.setdefault(group.uids[0], group.memory.get_tensor_by_name("advantages").clone())
-        return super().group_losses(group, indexes)
+        return super().policy_losses(group, indexes)
 
 
 def build(env, directory, *, algorithm=HAPPO, share_policy=False, own_critics=False, cfg=None):
@@ -104,6 +104,32 @@ def test_an_agent_that_sat_out_the_whole_rollout_takes_no_step(tmp_path):
     after = {uid: list(agent.models[uid]["policy"].parameters()) for uid in before}
     assert all(torch.equal(a, b) for a, b in zip(before["agent_1"], after["agent_1"]))
     assert not all(torch.equal(a, b) for a, b in zip(before["agent_0"], after["agent_0"]))
+
+
+class FullLosses(HAPPO):
+    """HAPPO whose policy steps also run the critic and whose critic steps also run the policies (PPO's whole losses)."""
+
+    def policy_losses(self, group, indexes):
+        return self.group_losses(group, indexes)
+
+    def value_losses(self, group, indexes):
+        return self.group_losses(group, indexes)
+
+
+def test_running_only_the_trained_model_in_each_step_changes_no_result(tmp_path):
+    runs = []
+    for algorithm in (HAPPO, FullLosses):
+        set_seed(0)
+        env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=3), num_envs=2, seed=0)
+        agent = build(env, str(tmp_path / algorithm.__name__), algorithm=algorithm,
+                      cfg={"learning_epochs": 2, "mini_batches": 2, "rollouts": 6})
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 18, "disable_progressbar": True}).train()
+        runs.append(agent)
+    first, second = (agent.state_dict()["modules"] for agent in runs)
+    for name in first:
+        for key, value in first[name].items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, second[name][key]), f"{name}/{key}"
 
 
 class NobodyActs(HAPPO):

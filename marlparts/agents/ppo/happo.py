@@ -1,10 +1,11 @@
 """Heterogeneous-Agent PPO (Kuba et al., 2022): one policy per agent, updated one agent after another."""
 
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 
 from marlparts.agents.common.groups import AgentGroup
+from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.utils.config import Config
 from marlparts.utils.distributed import all_reduce_sum, broadcast_tensors, mean_over_ranks
@@ -19,7 +20,9 @@ class HAPPO(MAPPO):
     At each update the agents are taken in a new random order. Agent ``i_m`` is trained with PPO's
     clipped surrogate on its advantage weighted by ``M``, the product over the agents updated before it
     of their probability ratios ``pi_new(a|o) / pi_old(a|o)`` on the rollout's samples; then ``M`` takes in
-    its own ratio. The critic is trained afterwards on the value loss alone. Agents must not share a
+    its own ratio. The critic is trained afterwards on the value loss alone. Each policy step runs that policy
+    alone (:meth:`policy_losses`) and each critic step the critic alone (:meth:`value_losses`): those are the
+    loss hooks a subclass overrides (not ``group_losses``). Agents must not share a
     policy (build one ``Policy`` per agent); the critic may be shared. See :class:`MAPPO` for the critic
     options and :class:`~marlparts.agents.ppo.core.MultiAgentPPO` for what the update shares with PPO.
     """
@@ -98,7 +101,7 @@ class HAPPO(MAPPO):
                 epoch = []
                 for indexes in self.minibatch_indexes():
                     with self.autocast():
-                        losses = self.group_losses(group, indexes)
+                        losses = self.policy_losses(group, indexes)
                     self.optimize([group.trained["policy"]], losses["policy"] + losses["entropy"])
                     epoch.append({key: float(value.detach()) for key, value in losses.items()})
                 metrics += epoch
@@ -123,6 +126,32 @@ class HAPPO(MAPPO):
         ratios = (log_prob.reshape(-1) - stored["log_prob"].reshape(-1)).exp()
         return torch.where(stored["active"].reshape(-1), ratios, torch.ones_like(ratios))
 
+    def policy_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """PPO's losses of ``group`` on the samples ``indexes`` with the policy alone run: the critic's predictions
+        stand at the stored old values (a constant value loss, no critic pass), since its step trains the policy.
+        """
+        batch = self.sample_minibatch(group, indexes)
+        log_prob, outputs = self.policy_log_prob(group, batch)
+        return self._losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"],
+                            predicted=batch["old_values"].flatten(0, 1))
+
+    def value_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """PPO's losses of ``group`` on the samples ``indexes`` with the critic alone run: the policy's
+        log-probabilities stand at the stored ones and its entropy at 0 (constant policy losses, no policy pass).
+        """
+        batch = self.sample_minibatch(group, indexes)
+        predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
+        stored = batch["log_prob"].flatten(0, 1)
+        return self._losses(group, batch, log_prob=stored, entropy=torch.zeros_like(stored),
+                            predicted=predicted.flatten(0, 1))
+
+    def _losses(self, group: AgentGroup, batch: Dict[str, torch.Tensor], *, log_prob: torch.Tensor,
+                entropy: torch.Tensor, predicted: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return ppo_losses(log_prob=log_prob, old_log_prob=batch["log_prob"].flatten(0, 1),
+                          advantages=batch["advantages"].flatten(0, 1), entropy=entropy, predicted=predicted,
+                          targets=batch["value_targets"].flatten(0, 1), old_values=batch["old_values"].flatten(0, 1),
+                          active=batch["active"].flatten(0, 1), cfg=self.loss_settings(group), model_sets=group.model_sets)
+
     def train_critics(self, acted: List[AgentGroup]) -> List[dict]:
         """The critic's epochs: the value loss of every agent, one step per minibatch for each distinct critic of the
         groups ``acted`` (those with an active sample).
@@ -134,7 +163,7 @@ class HAPPO(MAPPO):
         for _ in range(self.cfg["learning_epochs"]):
             for indexes in self.minibatch_indexes():
                 with self.autocast():
-                    losses = self.minibatch_losses(indexes)
+                    losses = self.mean_over_agents([self.value_losses(group, indexes) for group in self.groups])
                 self.optimize(critics, losses["value"])
                 metrics.append({"value": float(losses["value"].detach())})
         return metrics
