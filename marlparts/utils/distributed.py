@@ -7,7 +7,7 @@ streams; the algorithms broadcast their parameters from rank 0 before training, 
 gradients with one all-reduce per optimizer step over one flat buffer, combine the
 preprocessors' and value normalisers' statistics across ranks, and only rank 0 writes logs,
 checkpoints and reports. Without ``torchrun`` every function here is a no-op for one process.
-The process group is destroyed when the script ends (or earlier by :func:`close_distributed`).
+The process group is destroyed when the script ends.
 """
 
 import atexit
@@ -69,14 +69,12 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
                                f"node (torchrun --nproc_per_node={gpus}) or use init_distributed('gloo')")
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)
-    atexit.register(close_distributed)
+    atexit.register(_destroy_process_group_at_exit)
     return rank_and_world_size()
 
 
-def close_distributed() -> None:
-    """Leave and destroy the process group (a no-op where there is none); :func:`init_distributed` has
-    this done at the script's exit, so a script calls it only to end the distributed part earlier.
-    """
+def _destroy_process_group_at_exit() -> None:
+    """Destroy the process group, where there still is one (the script may have destroyed it itself)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
