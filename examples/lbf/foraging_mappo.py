@@ -60,7 +60,9 @@ class Value(DeterministicMixin, Model):
 
 def valid_action_masks(env: gymnasium.Env) -> np.ndarray:
     """Each agent's legal actions ``(agents, 6)``, read off LBF's ``get_valid_actions()`` (the joint tuples of
-    legal actions): no moving into food, walls or off the grid, no loading without adjacent food.
+    legal actions): no moving into food, walls or off the grid, no loading without adjacent food. Those
+    tuples are every combination of the players' moves, so the cost grows exponentially with the players
+    (measured: 0.4 ms a step with 4 players, 9 ms with 6).
     """
     joint = np.array([[action.value for action in actions] for actions in env.unwrapped.get_valid_actions()])
     masks = np.zeros((joint.shape[1], 6), dtype=bool)
