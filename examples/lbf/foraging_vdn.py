@@ -26,7 +26,7 @@ from marlparts.utils import set_seed
 
 TASK = "Foraging-8x8-2p-2f-coop-v3"
 NUM_ENVS = 16  # env copies stepped together
-TIMESTEPS = 1_000_000  # env steps of training (all copies counted)
+TIMESTEPS = 2_000_000  # env steps of training (all copies counted): still rising at 1M
 EVAL_INTERVAL = 100_000  # env steps between greedy evaluations
 DIRECTORY = "runs/lbf_vdn"
 
