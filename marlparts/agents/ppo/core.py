@@ -397,11 +397,19 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         batch = self.sample_minibatch(group, indexes)
         log_prob, outputs = self.policy_log_prob(group, batch)
         predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
+        return self.batch_losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"],
+                                 predicted=predicted.flatten(0, 1))
+
+    def batch_losses(self, group: AgentGroup, batch: Mapping[str, torch.Tensor], *, log_prob: torch.Tensor,
+                     entropy: torch.Tensor, predicted: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """:func:`~marlparts.agents.ppo.losses.ppo_losses` of ``group`` on the stored ``batch``
+        (:meth:`sample_minibatch`), given the policy's ``log_prob`` and ``entropy`` and the critic's ``predicted``
+        values, one row per sample.
+        """
         return ppo_losses(log_prob=log_prob, old_log_prob=batch["log_prob"].flatten(0, 1),
-                          advantages=batch["advantages"].flatten(0, 1), entropy=outputs["entropy"],
-                          predicted=predicted.flatten(0, 1), targets=batch["value_targets"].flatten(0, 1),
-                          old_values=batch["old_values"].flatten(0, 1), active=batch["active"].flatten(0, 1),
-                          cfg=self.loss_settings(group), model_sets=group.model_sets)
+                          advantages=batch["advantages"].flatten(0, 1), entropy=entropy, predicted=predicted,
+                          targets=batch["value_targets"].flatten(0, 1), old_values=batch["old_values"].flatten(0, 1),
+                          active=batch["active"].flatten(0, 1), cfg=self.loss_settings(group), model_sets=group.model_sets)
 
     def sample_minibatch(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """The stored samples ``indexes`` of ``group`` that the losses read, ``(batch, group, ...)`` each."""

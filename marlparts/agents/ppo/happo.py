@@ -5,7 +5,6 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.utils.config import Config
 from marlparts.utils.distributed import all_reduce_sum, broadcast_tensors, mean_over_ranks
@@ -132,7 +131,7 @@ class HAPPO(MAPPO):
         """
         batch = self.sample_minibatch(group, indexes)
         log_prob, outputs = self.policy_log_prob(group, batch)
-        return self._losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"],
+        return self.batch_losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"],
                             predicted=batch["old_values"].flatten(0, 1))
 
     def value_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
@@ -142,15 +141,8 @@ class HAPPO(MAPPO):
         batch = self.sample_minibatch(group, indexes)
         predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
         stored = batch["log_prob"].flatten(0, 1)
-        return self._losses(group, batch, log_prob=stored, entropy=torch.zeros_like(stored),
+        return self.batch_losses(group, batch, log_prob=stored, entropy=torch.zeros_like(stored),
                             predicted=predicted.flatten(0, 1))
-
-    def _losses(self, group: AgentGroup, batch: Dict[str, torch.Tensor], *, log_prob: torch.Tensor,
-                entropy: torch.Tensor, predicted: torch.Tensor) -> Dict[str, torch.Tensor]:
-        return ppo_losses(log_prob=log_prob, old_log_prob=batch["log_prob"].flatten(0, 1),
-                          advantages=batch["advantages"].flatten(0, 1), entropy=entropy, predicted=predicted,
-                          targets=batch["value_targets"].flatten(0, 1), old_values=batch["old_values"].flatten(0, 1),
-                          active=batch["active"].flatten(0, 1), cfg=self.loss_settings(group), model_sets=group.model_sets)
 
     def train_critics(self, acted: List[AgentGroup]) -> List[dict]:
         """The critic's epochs: the value loss of every agent, one step per minibatch for each distinct critic of the
