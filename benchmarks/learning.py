@@ -59,7 +59,7 @@ def evaluation_curve(scalars: pathlib.Path, env_steps_per_timestep: float) -> li
         return []
     with scalars.open() as file:
         return [[round(int(row["step"]) * env_steps_per_timestep), float(row["value"])]
-                for row in csv.DictReader(file) if row["tag"] == "Evaluation / return (mean over agents)"]
+                for row in csv.DictReader(file) if row["tag"] == "Evaluation / return (team)"]
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ def test_periodic_evaluation_is_logged_chooses_the_best_checkpoint_and_writes_a_
     folder = tmp_path / "run"
     events = EventAccumulator(str(folder))
     events.Reload()
-    logged = [event.value for event in events.Scalars("Evaluation / return (mean over agents)")]
+    logged = [event.value for event in events.Scalars("Evaluation / return (team)")]
     assert logged == pytest.approx([result["mean_return"] for result in evaluated])
     assert "Evaluation / return / agent_2" in events.Tags()["scalars"]
     best = torch.load(folder / "checkpoints" / "best_agent.pt", weights_only=True)
@@ -77,3 +77,66 @@ def test_returns_are_reported_per_team_never_averaged_across_teams(tmp_path):
         assert team_result["mean_return"] == pytest.approx(expected)
     reports = [json.loads(open(os.path.join(a.experiment_dir, "evaluation.json")).read()) for a in (pair, solo)]
     assert all(set(report["teams"]) == {"MAPPO", "IPPO"} for report in reports)
+
+
+def test_one_eval_reports_greedy_and_sampled_returns_side_by_side_from_the_same_episodes(tmp_path):
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=10), num_envs=4, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path))
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 3, "disable_progressbar": True})
+    trainer.train()
+    both = trainer.eval(episodes=8)
+    assert both["actions"] == "greedy" and set(both) >= {"greedy", "sampled"}
+    greedy, sampled = both["greedy"], both["sampled"]
+    assert both["mean_return"] == greedy["mean_return"]
+    assert len(greedy["teams"]["MAPPO"]["episode_returns"]) == len(sampled["teams"]["MAPPO"]["episode_returns"]) == 8
+    assert greedy["mean_return"] != sampled["mean_return"]  # a near-uniform policy: its samples are not its argmax
+    # each pass alone gives the same figures: the same starting states, and the sampled actions from their own seed
+    for actions, expected in (("greedy", greedy), ("sampled", sampled)):
+        alone = SequentialTrainer(env=env, agents=agent, cfg={"eval_actions": actions, "disable_progressbar": True})
+        report = alone.eval(episodes=8)
+        assert report["actions"] == actions and "greedy" not in report
+        assert report["teams"]["MAPPO"]["episode_returns"] == expected["teams"]["MAPPO"]["episode_returns"]
+
+
+def test_an_evaluation_leaves_the_training_random_stream_as_it_was(tmp_path):
+    def trained_parameters(evaluate):
+        env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=10), num_envs=2, seed=0)
+        torch.manual_seed(0)
+        agent = build_mappo(env, directory=str(tmp_path / str(evaluate)))
+        trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 6, "disable_progressbar": True})
+        trainer.train()
+        if evaluate:
+            trainer.eval(episodes=4)
+        trainer.train()
+        return torch.cat([parameter.detach().flatten() for parameter in agent.groups[0].models["policy"].parameters()])
+
+    assert torch.equal(trained_parameters(evaluate=True), trained_parameters(evaluate=False))
+
+
+def test_team_returns_can_be_summed_over_the_agents(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=3, leave_at=99), num_envs=2, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path))
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"team_return": "sum", "eval_actions": "greedy",
+                                                            "disable_progressbar": True})
+    result = trainer.eval(episodes=4)
+    assert result["mean_return"] == pytest.approx(sum(result["returns"].values()))
+    episodes = result["teams"]["MAPPO"]["episode_returns"]
+    assert sum(episodes) / len(episodes) == pytest.approx(result["mean_return"])
+
+
+def test_evaluations_from_the_start_are_appended_as_a_learning_curve(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=3, leave_at=99), num_envs=2, seed=0)
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path), cfg={"experiment": {"experiment_name": "run"}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "eval_interval": 4, "eval_at_start": True,
+                                                            "eval_episodes": 3, "disable_progressbar": True})
+    trainer.train()
+    trainer.train()  # a second call goes on: no second evaluation at its start
+    lines = (tmp_path / "run" / "evaluations.jsonl").read_text().splitlines()
+    points = [json.loads(line) for line in lines]
+    assert [point["timestep"] for point in points] == [0, 4, 8, 12, 16]
+    assert [point["env_steps"] for point in points] == [0, 8, 16, 24, 32]
+    for point in points:
+        assert point["episodes"] == 3
+        for actions in ("greedy", "sampled"):
+            assert len(point[actions]["episode_returns"]) == 3
+            assert point[actions]["mean_return"] == pytest.approx(sum(point[actions]["episode_returns"]) / 3)

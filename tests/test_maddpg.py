@@ -329,14 +329,14 @@ def test_a_run_resumed_without_its_replay_waits_for_learning_starts_again(tmp_pa
     assert fresh.gradient_step == steps_before + 1
 
 
-def test_stochastic_evaluation_leaves_the_training_noise_alone():
+def test_sampled_evaluation_leaves_the_training_noise_alone():
     env = wrap_env(lambda: ContinuousEnv(max_steps=50), num_envs=2, seed=0)
     exploration = {"noise": OrnsteinUhlenbeckNoise, "noise_kwargs": {}, "initial_scale": 1.0, "final_scale": 1.0,
                    "timesteps": None}
     agent = build(env, cfg={"exploration": exploration, "learning_starts": 100})
     run(agent, env, 3)
     state = agent.groups[0].noise.state.clone()
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"stochastic_evaluation": True, "eval_num_envs": 1,
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"eval_actions": "sampled", "eval_num_envs": 1,
                                                             "disable_progressbar": True})
     trainer.eval(episodes=1)
     assert torch.equal(agent.groups[0].noise.state, state)

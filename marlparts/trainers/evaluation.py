@@ -83,13 +83,16 @@ def collect_episodes(env: MultiAgentEnv, act: Act, episodes: int, *, seed: Optio
                     {key: torch.cat(totals).cpu() for key, totals in env_info.items()})
 
 
+TEAM_RETURNS = ("mean", "sum")
+
+
 def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Sequence[str],
               teams: Mapping[str, Sequence[str]], timestep: int, *, outcomes: bool = False,
-              env_info: Optional[Mapping[str, torch.Tensor]] = None) -> Dict[str, Any]:
-    """The evaluation report: per agent, per team (mean and standard deviation over episodes of the
-    team's mean return) and, at the top level, the single team's figures, or where no team played (fixed
-    policies in every seat) those of the mean return over every seat; several teams are never averaged
-    together. With
+              env_info: Optional[Mapping[str, torch.Tensor]] = None, team_return: str = "mean") -> Dict[str, Any]:
+    """The evaluation report: per agent, per team (each episode's team return, the mean or the sum of its
+    agents' returns as ``team_return`` says, and their mean and standard deviation over episodes) and, at
+    the top level, the single team's figures, or where no team played (fixed policies in every seat)
+    those of the mean return over every seat; several teams are never averaged together. With
     ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0). With
     ``env_info`` (per entry of the env's ``info_keys``, its sum over each episode), each agent's mean of
     those sums.
@@ -98,11 +101,15 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
     per_agent = dict(zip(possible_agents, returns.mean(dim=0).tolist()))
     report: Dict[str, Any] = {"episodes": int(returns.shape[0]), "timestep": int(timestep),
                               "mean_length": float(lengths.float().mean()), "returns": per_agent, "teams": {}}
+    if team_return not in TEAM_RETURNS:
+        raise ValueError(f"team_return must be one of {TEAM_RETURNS}, got {team_return!r}")
     for name, uids in teams.items():
-        team_returns = returns[:, [column[uid] for uid in uids]].mean(dim=1)
+        members = returns[:, [column[uid] for uid in uids]]
+        team_returns = members.sum(dim=1) if team_return == "sum" else members.mean(dim=1)
         report["teams"][name] = {
             "mean_return": float(team_returns.mean()),
             "std_return": float(team_returns.std()) if team_returns.numel() > 1 else 0.0,
+            "episode_returns": team_returns.tolist(),
             "returns": {uid: per_agent[uid] for uid in uids},
             "mean_length": report["mean_length"],
         }
@@ -122,3 +129,18 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
         report["mean_return"] = float(every_seat.mean())
         report["std_return"] = float(every_seat.std()) if every_seat.numel() > 1 else 0.0
     return report
+
+
+def learning_curve_point(report: Mapping[str, Any], team: str, passes: Mapping[str, Mapping[str, Any]]
+                         ) -> Dict[str, Any]:
+    """One point of a team's learning curve from an evaluation ``report`` and its ``passes`` (``"greedy"``
+    and/or ``"sampled"`` to the report of each): the step counts, and per pass the team's mean return and
+    its return of every episode (``{}`` for a pass in which the team played no seat).
+    """
+    point: Dict[str, Any] = {"timestep": report["timestep"], "env_steps": report["env_steps"],
+                             "episodes": report["episodes"]}
+    for actions, passed in passes.items():
+        figures = passed["teams"].get(team)
+        point[actions] = {} if figures is None else {"mean_return": figures["mean_return"],
+                                                     "episode_returns": figures["episode_returns"]}
+    return point

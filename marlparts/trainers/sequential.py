@@ -10,12 +10,12 @@ import torch
 
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import EpisodeStatistics, Trainer
-from marlparts.trainers.evaluation import collect_episodes, summarise
+from marlparts.trainers.evaluation import collect_episodes, learning_curve_point, summarise
 from marlparts.trainers.opponents import Opponents
 from marlparts.trainers.progress import Progress
-from marlparts.utils.distributed import all_gather_tensors, is_main_process
-from marlparts.utils.files import write_json_atomically
-from marlparts.utils.seeding import EVALUATION_STREAM, OPPONENT_STREAM, TRAINING_STREAM, derived_seed
+from marlparts.utils.distributed import all_gather_tensors, is_main_process, rank_and_world_size
+from marlparts.utils.files import append_json_line, write_json_atomically
+from marlparts.utils.seeding import EVALUATION_STREAM, OPPONENT_STREAM, SAMPLING_STREAM, TRAINING_STREAM, derived_seed
 from marlparts.utils.video import save_video
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
@@ -25,7 +25,9 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "eval_interval": 0,            # vectorized steps between evaluations during train() (0: none)
     "eval_episodes": 100,          # episodes that eval() collects
     "eval_num_envs": None,         # evaluation env copies (None: as many as the training env has)
-    "stochastic_evaluation": False,  # eval() samples actions instead of taking the greedy ones
+    "eval_actions": "both",        # eval() runs "greedy" actions, "sampled" ones, or "both" (reported side by side)
+    "eval_at_start": False,        # with eval_interval: also evaluate before the run's first step
+    "team_return": "mean",         # a team's return of an episode: the "mean" or the "sum" of its agents' returns
     "eval_video": False,           # eval() records the first episode of evaluation copy 0 (render_mode="rgb_array")
     "video_format": "mp4",         # "mp4" or "gif" (imageio: pip install 'marlparts[video]')
     "video_fps": 10,
@@ -44,10 +46,12 @@ class SequentialTrainer(Trainer):
     made it evaluates on the training env and the episodes in progress are cut: the last
     stored step counts as truncated and bootstraps from the observation that followed it.
 
-    With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps: each
-    algorithm logs the result under ``Evaluation / ...`` and keeps ``best_agent.pt`` for its
-    best evaluation return. Every evaluation writes its report to ``evaluation.json`` in the
-    experiment folder of each algorithm that played in it.
+    With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps (and before the
+    run's first step with ``eval_at_start``): each algorithm logs the result under
+    ``Evaluation / ...`` and keeps ``best_agent.pt`` for its best evaluation return. Every
+    evaluation writes its report to ``evaluation.json`` in the experiment folder of each algorithm
+    that played in it, and appends its figures to ``evaluations.jsonl`` there: the run's learning
+    curve (:mod:`marlparts.benchmark` reads it).
 
     The progress bar shows env steps per second (env copies × steps) and the mean return
     over agents of recently finished episodes, per team when several algorithms share the env.
@@ -80,6 +84,8 @@ class SequentialTrainer(Trainer):
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
         self._stop_requested = False
+        if eval_interval and self.cfg["eval_at_start"] and start == 0:
+            self._evaluate_during_training()
         bar = Progress(steps, disable=self.cfg["disable_progressbar"], interval=float(self.cfg["progress_interval"]))
         try:
             for timestep in range(start, end):
@@ -189,7 +195,10 @@ class SequentialTrainer(Trainer):
     def _evaluate_during_training(self) -> None:
         result = self.eval()
         for agent, team in zip(self.agents, self.teams):
-            agent.record_evaluation(result["teams"][team])
+            figures = dict(result["teams"][team])
+            if "sampled" in result and result["actions"] != "sampled":
+                figures["sampled_mean_return"] = result["sampled"]["teams"][team]["mean_return"]
+            agent.record_evaluation(figures)
 
     def _evaluation_env(self) -> MultiAgentEnv:
         if self.eval_env is None:
@@ -200,13 +209,14 @@ class SequentialTrainer(Trainer):
 
     def eval(self, episodes: Optional[int] = None, *, video: Optional[bool] = None,
              opponents: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
-        """Run ``episodes`` evaluation episodes (``cfg["eval_episodes"]`` by default), greedy unless
-        ``cfg["stochastic_evaluation"]``; nothing is stored or learned.
+        """Run ``episodes`` evaluation episodes (``cfg["eval_episodes"]`` by default) with greedy actions, sampled
+        ones, or both (``cfg["eval_actions"]``); nothing is stored or learned.
 
         Each evaluation env copy runs a fixed share of the episodes, all started after the
         evaluation began, from the same seeds every time, so results are not biased toward short
-        episodes and evaluations at different times are comparable. Under ``torchrun`` each rank
-        runs ``episodes`` on its own copies and every rank gets the report of all of them.
+        episodes and evaluations at different times are comparable. With ``"both"`` the greedy and
+        the sampled episodes start from the same states. Under ``torchrun`` each rank runs
+        ``episodes`` on its own copies and every rank gets the report of all of them.
 
         With ``video`` (default ``cfg["eval_video"]``), the first episode of evaluation copy 0 is
         recorded (the copies must render ``rgb_array`` frames) to
@@ -218,38 +228,76 @@ class SequentialTrainer(Trainer):
         trainer's own opponents); the teams' figures then cover only the seats their algorithm played.
 
         Returns:
-            A dict: ``"episodes"``, ``"timestep"``, ``"mean_length"``, ``"returns"`` (agent id to its
-            mean return) and ``"teams"`` (team name to its ``"mean_return"``, ``"std_return"``,
-            ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class). ``"mean_return"``
+            A dict: ``"episodes"``, ``"timestep"``, ``"env_steps"`` (the training env steps so far, every copy
+            and rank counted), ``"mean_length"``, ``"returns"`` (agent id to its mean return) and ``"teams"``
+            (team name to its ``"mean_return"``, ``"std_return"``, ``"episode_returns"`` (one per episode),
+            ``"returns"`` and ``"mean_length"``; a team is an algorithm, named by its class, and its return of
+            an episode the mean or the sum of its agents' returns, ``cfg["team_return"]``). ``"mean_return"``
             and ``"std_return"`` at the top level are the single team's where one algorithm played, those of
             the mean return over every seat where fixed policies played every seat, and absent where several
-            teams played (their returns are never averaged together);
+            teams played (their returns are never averaged together). ``"actions"`` says whether these
+            figures are of ``"greedy"`` or ``"sampled"`` actions (greedy where both ran); with
+            ``cfg["eval_actions"] == "both"``, ``"greedy"`` and ``"sampled"`` hold the whole report of each.
             ``"videos"`` lists the video files written. For turn-based envs (``env.turn_based``),
             ``"outcomes"`` gives each seat's ``"win"``, ``"draw"`` and ``"loss"`` rates (episode return
             > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. Where the env carries
             ``info_keys``, ``"env_info"`` gives, per key, each agent's mean over the episodes of the key's
-            sum over the episode. The dict is also
-            written to ``evaluation.json`` in the experiment folder of each algorithm that played a seat (an
-            evaluation of fixed policies in every seat of an algorithm leaves its report as it was).
+            sum over the episode. The dict is also written to ``evaluation.json``, and its figures appended
+            to ``evaluations.jsonl``, in the experiment folder of each algorithm that played a seat (an
+            evaluation of fixed policies in every seat of an algorithm leaves its files as they were).
         """
         env = self._evaluation_env()
         episodes = int(episodes or self.cfg["eval_episodes"])
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
+        # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
+        seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
+        passes = {"greedy": ["greedy"], "sampled": ["sampled"], "both": ["greedy", "sampled"]}[self.cfg["eval_actions"]]
+        reports = {}
+        for actions in passes:
+            seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
+            reports[actions] = self._evaluation_pass(env, episodes, seed=seed, seats=seats, timestep=timestep,
+                                                     sampled=actions == "sampled", video=video and actions == passes[0])
+        report = dict(reports[passes[0]])
+        report["actions"] = passes[0]
+        if len(passes) > 1:
+            report.update(reports)
+        fixed = report["opponents"]
+        for agent, team in zip(self.agents, self.teams):
+            # an evaluation in which fixed policies played every seat of an algorithm is no report of it
+            played = any(uid not in fixed for uid in agent.possible_agents)
+            if played and agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) \
+                    and is_main_process():
+                write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
+                append_json_line(learning_curve_point(report, team, reports),
+                                 os.path.join(agent.experiment_dir, "evaluations.jsonl"))
+        self.notify("on_evaluation", report)
+        return report
+
+    def _evaluation_pass(self, env: MultiAgentEnv, episodes: int, *, seed: Optional[int], seats: Optional[Opponents],
+                         timestep: int, sampled: bool, video: bool) -> Dict[str, Any]:
+        """One pass of ``episodes`` evaluation episodes with greedy or ``sampled`` actions, and its report.
+
+        The pass draws its random numbers from PyTorch generators of its own, seeded from ``seed``: an
+        evaluation repeats itself (sampled actions included) and leaves the training's random stream as it was.
+        """
         for agent in self.agents:
             agent.set_mode("eval")
-            agent.stochastic_evaluation = bool(self.cfg["stochastic_evaluation"])
+            agent.stochastic_evaluation = sampled
+        device = torch.device(env.device)
         try:
-            # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
-            seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
-            seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
-            collected = collect_episodes(
-                env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep,
-                                                                   opponents=seats),
-                episodes, seed=seed, record_video=video)
+            with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+                sampling_seed = derived_seed(seed, SAMPLING_STREAM, rank_and_world_size()[0])
+                if sampling_seed is not None:
+                    torch.manual_seed(sampling_seed)
+                collected = collect_episodes(
+                    env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep,
+                                                                       opponents=seats),
+                    episodes, seed=seed, record_video=video)
         finally:
             for agent in self.agents:
                 agent.set_mode("train")
+                agent.stochastic_evaluation = False
         fixed = seats.seats if seats is not None else []
         teams = {team: [uid for uid in agent.possible_agents if uid not in fixed]
                  for team, agent in zip(self.teams, self.agents)}
@@ -257,17 +305,12 @@ class SequentialTrainer(Trainer):
         returns, lengths = all_gather_tensors(collected.returns), all_gather_tensors(collected.lengths)
         env_info = {key: all_gather_tensors(totals) for key, totals in collected.env_info.items()}
         report = summarise(returns, lengths, env.possible_agents, {team: uids for team, uids in teams.items() if uids},
-                           timestep, outcomes=bool(getattr(env, "turn_based", False)), env_info=env_info)
+                           timestep, outcomes=bool(getattr(env, "turn_based", False)), env_info=env_info,
+                           team_return=self.cfg["team_return"])
+        report["env_steps"] = timestep * self.env.num_envs * rank_and_world_size()[1]
         report["opponents"] = list(fixed)
         if collected.frames is not None:
             report["videos"] = self._write_videos(collected.frames, timestep)
-        for agent in self.agents:
-            # an evaluation in which fixed policies played every seat of an algorithm is no report of it
-            played = any(uid not in fixed for uid in agent.possible_agents)
-            if played and agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) \
-                    and is_main_process():
-                write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
-        self.notify("on_evaluation", report)
         return report
 
     def _evaluation_opponents(self, env: MultiAgentEnv, opponents: Optional[Mapping[str, Any]],

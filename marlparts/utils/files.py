@@ -37,3 +37,15 @@ def write_json_atomically(data: Any, path: str) -> None:
             json.dump(data, file, indent=2)
 
     write_atomically(path, write)
+
+
+def append_json_line(data: Any, path: str) -> None:
+    """Append ``data`` as one line of JSON to ``path`` (JSON Lines), in one write, flushed to disk: a crash
+    leaves every earlier line whole.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    line = json.dumps(data) + "\n"
+    with open(path, "a") as file:
+        file.write(line)
+        file.flush()
+        os.fsync(file.fileno())

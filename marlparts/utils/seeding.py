@@ -16,6 +16,7 @@ EVALUATION_STREAM = 1  # the seed stream of the evaluation env copies
 RANK_STREAM = 2        # the seed stream of the random generators of ranks other than 0 (torchrun)
 OPPONENT_STREAM = 3    # the seed stream of fixed random players (trainers' opponents)
 REBUILD_STREAM = 4     # the seed stream of env copies rebuilt after a failure
+SAMPLING_STREAM = 5    # the seed stream of the actions sampled in evaluation
 
 
 def set_seed(seed: int, *, deterministic: bool = False) -> int:

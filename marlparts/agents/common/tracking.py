@@ -39,12 +39,15 @@ class TrackingMixin:
     def record_evaluation(self, result: Mapping[str, Any]) -> None:
         """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return.
 
-        ``result`` holds ``mean_return`` (mean over episodes and this algorithm's agents),
-        ``returns`` (agent id to its mean) and ``mean_length``.
+        ``result`` holds ``mean_return`` (mean over episodes of this algorithm's team return),
+        ``returns`` (agent id to its mean) and ``mean_length``, and ``sampled_mean_return`` where the
+        evaluation also ran sampled actions beside the greedy ones.
         """
         if self.tracker is not None:
-            values = {"Evaluation / return (mean over agents)": result["mean_return"],
+            values = {"Evaluation / return (team)": result["mean_return"],
                       "Evaluation / episode length": result["mean_length"]}
+            if "sampled_mean_return" in result:
+                values["Evaluation / sampled-action return (team)"] = result["sampled_mean_return"]
             values.update({f"Evaluation / return / {uid}": value for uid, value in result["returns"].items()})
             self.tracker.write_now(values, self.timestep)
         if result["mean_return"] > self.best_return and self.experiment_dir is not None and is_main_process():
