@@ -1,6 +1,7 @@
 """Gymnasium multi-agent envs (tuple spaces, reward lists, one done): the adapter and the batched wrapper."""
 
 import importlib.util
+import itertools
 import pathlib
 
 import gymnasium
@@ -220,7 +221,7 @@ def test_a_reset_that_returns_only_the_observations_of_two_agents_is_read_as_suc
 @pytest.mark.parametrize("name", ["foraging_mappo", "foraging_vdn"])
 def test_the_lbf_examples_act_greedily_among_legal_moves_only(name, tmp_path):
     """LBF turns an illegal move into standing still: a greedy agent that prefers one would stand still for good,
-    so each LBF example masks the moves LBF refuses (read off its get_valid_actions())."""
+    so the wrapper masks the moves LBF refuses and the examples act among the legal ones."""
     pytest.importorskip("lbforaging")
     spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "lbf" / f"{name}.py")
     example = importlib.util.module_from_spec(spec)
@@ -234,4 +235,36 @@ def test_the_lbf_examples_act_greedily_among_legal_moves_only(name, tmp_path):
         for uid, action in actions.items():
             assert infos["action_mask"][uid].gather(1, action.long()).all(), f"{uid} chose an illegal move"
         observations, _, _, _, infos = env.step(actions)
+    env.close()
+
+
+@pytest.mark.parametrize("task", ["Foraging-10x10-3p-3f-v3", "Foraging-2s-15x15-4p-3f-v3"])
+def test_lbf_legal_moves_per_player_are_exactly_those_of_lbf_s_joint_enumeration(task):
+    pytest.importorskip("lbforaging")
+    from marlparts.envs.lbf import lbf_action_masks
+
+    env = gymnasium.make(task, disable_env_checker=True)
+    rng = np.random.default_rng(0)
+    checked = set()
+    for episode in range(5):
+        env.reset(seed=episode)
+        done = False
+        while not done:
+            masks = lbf_action_masks(env)
+            joint = {tuple(int(action.value) for action in actions) for actions in env.unwrapped.get_valid_actions()}
+            per_player = [np.flatnonzero(mask).tolist() for mask in masks]
+            assert joint == set(itertools.product(*per_player))
+            checked.update(action for actions in per_player for action in actions)
+            _, _, done, _, _ = env.step(rng.integers(0, 6, size=masks.shape[0]).tolist())
+    assert checked == set(range(6))  # every move was both legal and, at the walls or food, refused somewhere
+
+
+def test_lbf_envs_come_with_their_legal_moves_as_action_masks():
+    pytest.importorskip("lbforaging")
+    env = wrap_env(lambda: gymnasium.make("Foraging-8x8-2p-2f-coop-v3", disable_env_checker=True), num_envs=2, seed=0)
+    _, infos = env.reset()
+    masks = infos["action_mask"]
+    assert set(masks) == {"agent_0", "agent_1"} and masks["agent_0"].shape == (2, 6)
+    assert masks["agent_0"][:, 0].all()  # doing nothing is always legal
+    assert not masks["agent_0"].all()  # and something is refused somewhere (a wall, or no food to load)
     env.close()

@@ -14,11 +14,10 @@ import time
 
 import gymnasium
 import lbforaging  # noqa: F401  (registers the Foraging-* envs)
-import numpy as np
 import torch
 
 from marlparts.agents import VDN, VDN_DEFAULT_CONFIG
-from marlparts.envs import GymnasiumMultiAgentEnv, MultiAgentEnv, wrap_env
+from marlparts.envs import MultiAgentEnv, wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import DeterministicMixin, Model, mlp
 from marlparts.trainers import SequentialTrainer
@@ -43,23 +42,12 @@ class Utility(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def valid_action_masks(env: gymnasium.Env) -> np.ndarray:
-    """Each agent's legal actions ``(agents, 6)``, read off LBF's ``get_valid_actions()`` (the joint tuples of
-    legal actions): no moving into food, walls or off the grid, no loading without adjacent food. Those
-    tuples are every combination of the players' moves, so the cost grows exponentially with the players
-    (measured: 0.4 ms a step with 4 players, 9 ms with 6).
-    """
-    joint = np.array([[action.value for action in actions] for actions in env.unwrapped.get_valid_actions()])
-    masks = np.zeros((joint.shape[1], 6), dtype=bool)
-    masks[np.broadcast_to(np.arange(joint.shape[1]), joint.shape), joint] = True
-    return masks
-
-
 def make_env(task: str = TASK, num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0) -> MultiAgentEnv:
-    """``num_envs`` copies of the LBF ``task`` with each agent's legal actions as its action mask."""
-    return wrap_env(lambda: GymnasiumMultiAgentEnv(gymnasium.make(task, disable_env_checker=True),
-                                                   action_masks=valid_action_masks),
-                    num_envs=num_envs, workers=workers, seed=seed)
+    """``num_envs`` copies of the LBF ``task``; the wrapper gives each agent its legal moves as its action mask (LBF
+    would turn an illegal move into a no-op: a greedy agent that prefers one would stand still for good).
+    """
+    return wrap_env(lambda: gymnasium.make(task, disable_env_checker=True), num_envs=num_envs, workers=workers,
+                    seed=seed)
 
 
 def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> VDN:

@@ -13,6 +13,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium
 import numpy as np
 
+from marlparts.envs.lbf import is_lbf, lbf_action_masks
+
 #: The entries of ``env.spec.kwargs`` read as the env's own episode step limit, in this order.
 TIME_LIMIT_KWARGS = ("max_episode_steps", "max_steps")
 
@@ -96,7 +98,8 @@ class GymnasiumMultiAgentEnv:
 
     Action masks, where the env exposes valid actions, go to each agent's infos as ``"action_mask"``
     (which the batched wrapper reads): from ``action_masks(env)`` when given, else from an
-    ``info["action_mask"]`` with one mask per agent, else from the env's ``get_avail_actions()``.
+    ``info["action_mask"]`` with one mask per agent, else from the env's ``get_avail_actions()``, else,
+    for Level-Based Foraging, each player's legal moves (:func:`~marlparts.envs.lbf.lbf_action_masks`).
 
     The global state is ``env.state()`` where the env has one; otherwise ``state()`` raises
     ``NotImplementedError`` and the batched wrapper concatenates the observations.
@@ -111,7 +114,7 @@ class GymnasiumMultiAgentEnv:
             spec (:func:`env_time_limit`), None treats every end as a termination. An env built without
             ``gymnasium.make`` has no spec: pass its limit here.
         action_masks: a function of the env returning one boolean mask per agent (True: allowed), for
-            envs that expose valid actions in their own way.
+            envs that expose valid actions in their own way (LBF's are built in).
     """
 
     metadata: Dict[str, Any] = {}
@@ -132,7 +135,7 @@ class GymnasiumMultiAgentEnv:
         if time_limit is not None and (not isinstance(time_limit, int) or time_limit < 1):
             raise ValueError(f"time_limit must be a positive int, 'auto' or None, got {time_limit!r}")
         self.time_limit: Optional[int] = time_limit
-        self.action_masks = action_masks
+        self.action_masks = action_masks if action_masks is not None else lbf_action_masks if is_lbf(env) else None
         self.metadata = getattr(env, "metadata", {}) or {}
         self.render_mode = getattr(env, "render_mode", None)
         self.agents: List[str] = []
