@@ -1,0 +1,127 @@
+"""One run of a grid in a process of its own, and what it leaves: its learning curve, or why it failed."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from marlparts.benchmark.grid import RunSpec
+
+LOG_TAIL_LINES = 40
+
+
+@dataclass
+class Outcome:
+    """What a run left.
+
+    Attributes:
+        finished: the process exited with status 0 and wrote its learning curve.
+        returncode: the process's exit status.
+        evaluations: the points of the learning curve (``evaluations.jsonl``, one dict per evaluation).
+        seconds: how long the process ran.
+        error: why the run failed (None if it finished).
+        log_tail: the log's last lines.
+        log: the whole log, where the run's log was not written to a file of the driver's (Ray).
+    """
+
+    finished: bool
+    returncode: int
+    evaluations: List[Dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    error: Optional[str] = None
+    log_tail: str = ""
+    log: Optional[str] = None
+
+
+def command_of(run: RunSpec, directory: str) -> List[str]:
+    """The command line that starts ``run`` with its results under ``directory``."""
+    fields = run.fields(directory)
+    if run.script is not None:
+        try:
+            return [sys.executable, run.script] + [argument.format(**fields) for argument in run.arguments]
+        except (KeyError, IndexError) as error:
+            raise ValueError(f"the argument template {list(run.arguments)} of {run.algorithm} names {error}, which is "
+                             f"none of {sorted(fields)}") from error
+    return [sys.executable, "-m", "marlparts.benchmark.child", run.function, json.dumps(fields)]
+
+
+def read_learning_curve(directory: str) -> List[Dict[str, Any]]:
+    """The points of the one ``evaluations.jsonl`` under ``directory``, in order of their step count.
+
+    Raises:
+        ValueError: none, or several, were written there, naming the folder.
+    """
+    paths = sorted(glob.glob(os.path.join(directory, "**", "evaluations.jsonl"), recursive=True))
+    if not paths:
+        raise ValueError(f"no evaluations.jsonl was written under {directory}: the run must train with a "
+                         "SequentialTrainer whose experiment folder lies there, evaluating with eval_interval")
+    if len(paths) > 1:
+        raise ValueError(f"several learning curves were written under {directory} ({paths}): a run of the grid trains "
+                         "one algorithm")
+    with open(paths[0]) as file:
+        points = [json.loads(line) for line in file if line.strip()]
+    last: Dict[int, Dict[str, Any]] = {}
+    for point in points:  # a repeated evaluation at the same step (the final one after the last periodic): the last
+        last[int(point["env_steps"])] = point
+    return [last[steps] for steps in sorted(last)]
+
+
+def _tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with open(path, errors="replace") as file:
+            return "".join(file.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
+    """Run ``run`` in a process of its own with its results under ``directory`` and its output in ``log_path``.
+
+    The process gets one thread per library (``OMP_NUM_THREADS=1``...): runs in parallel share the cores.
+    """
+    os.makedirs(directory, exist_ok=True)
+    command = command_of(run, directory)
+    environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1",
+                       PYTHONUNBUFFERED="1")
+    began = time.perf_counter()
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
+                                   cwd=os.path.dirname(run.script) if run.script else None)
+        try:
+            returncode = process.wait()
+        except BaseException:  # the driver is stopped: so is the run, which stays unfinished
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            raise
+    seconds = time.perf_counter() - began
+    if returncode != 0:
+        return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path),
+                       error=f"the process exited with status {returncode}")
+    try:
+        evaluations = read_learning_curve(directory)
+    except (ValueError, OSError, json.JSONDecodeError, KeyError) as error:
+        return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path), error=str(error))
+    return Outcome(True, returncode, evaluations, seconds=seconds, log_tail=_tail(log_path))
+
+
+def execute_elsewhere(run: RunSpec) -> Outcome:
+    """:func:`execute` in a temporary folder of the machine it runs on, the whole log in the outcome: for a
+    worker of a cluster (Ray), whose files the driver cannot read.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="marlparts-run-") as folder:
+        log_path = os.path.join(folder, "log.txt")
+        outcome = execute(run, os.path.join(folder, "work"), log_path)
+        with open(log_path, errors="replace") as file:
+            outcome.log = file.read()
+    return outcome

@@ -1,0 +1,207 @@
+"""Run a grid: every run not yet finished, each in a process of its own, on a local pool or on Ray.
+
+The grid's folder holds one folder per run, ``runs/<environment>/<task>/<algorithm>/seed_<seed>/``:
+``result.json`` once the run has finished (its learning curve; a finished run is never run again),
+``failed.json`` where its last attempt failed (why, and the end of its log), and one folder per
+attempt, ``attempt_<n>/``, with the run's ``log.txt`` and the experiment folder it trained in. A run
+stopped half-way (the machine went down, the session ended) starts again in a new attempt folder at
+the next :func:`run_grid`; nothing an earlier attempt wrote is touched.
+"""
+
+import concurrent.futures
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from marlparts.benchmark.execution import Outcome, execute, execute_elsewhere
+from marlparts.benchmark.grid import Grid, RunSpec
+from marlparts.utils.files import write_json_atomically
+
+RESULT_FILE = "result.json"
+FAILURE_FILE = "failed.json"
+
+
+@dataclass
+class GridProgress:
+    """Where a grid stands: runs ``done``, ``running``, ``left`` (not started) and ``failed`` (this call)."""
+
+    done: int = 0
+    running: int = 0
+    left: int = 0
+    failed: List[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        """``done 3, running 2, left 10, failed 1``."""
+        return f"done {self.done}, running {self.running}, left {self.left}, failed {len(self.failed)}"
+
+
+def run_folder(out: str, run: RunSpec) -> str:
+    """The folder of ``run`` in the grid folder ``out``."""
+    return os.path.join(out, "runs", run.key)
+
+
+def is_finished(out: str, run: RunSpec) -> bool:
+    """Whether ``run`` has finished (its ``result.json`` is there)."""
+    return os.path.isfile(os.path.join(run_folder(out, run), RESULT_FILE))
+
+
+def next_attempt(folder: str) -> str:
+    """A new attempt folder ``attempt_<n>`` in ``folder`` (n one above the highest there)."""
+    numbers = [int(name.split("_", 1)[1]) for name in (os.listdir(folder) if os.path.isdir(folder) else [])
+               if name.startswith("attempt_") and name.split("_", 1)[1].isdigit()]
+    return os.path.join(folder, f"attempt_{max(numbers, default=0) + 1}")
+
+
+def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
+    """Write what the attempt left: ``result.json`` for a finished run, else ``failed.json`` (and the log)."""
+    folder = run_folder(out, run)
+    if outcome.log is not None:  # run on another machine: its log came back with the outcome
+        os.makedirs(attempt, exist_ok=True)
+        with open(os.path.join(attempt, "log.txt"), "w") as file:
+            file.write(outcome.log)
+    spec = {key: value for key, value in asdict(run).items() if key != "arguments"}
+    if outcome.finished:
+        write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
+                               "evaluations": outcome.evaluations}, os.path.join(folder, RESULT_FILE))
+        if os.path.exists(os.path.join(folder, FAILURE_FILE)):
+            os.remove(os.path.join(folder, FAILURE_FILE))
+    else:
+        write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
+                               "returncode": outcome.returncode, "error": outcome.error,
+                               "log": os.path.join(attempt, "log.txt"), "log_tail": outcome.log_tail},
+                              os.path.join(folder, FAILURE_FILE))
+
+
+def _summary(run: RunSpec, outcome: Outcome) -> str:
+    if not outcome.finished:
+        return f"FAILED {run.key} after {outcome.seconds:.0f} s: {outcome.error}"
+    last = outcome.evaluations[-1]
+    figures = ", ".join(f"{actions} {last[actions]['mean_return']:.3f}" for actions in ("sampled", "greedy")
+                        if last.get(actions))
+    return f"finished {run.key} in {outcome.seconds:.0f} s ({len(outcome.evaluations)} evaluations; last: {figures})"
+
+
+def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address: Optional[str] = None,
+             only: Optional[Callable[[RunSpec], bool]] = None,
+             report: Callable[[str], None] = print) -> GridProgress:
+    """Run every run of ``grid`` that has not finished, results in the folder ``out``.
+
+    Args:
+        grid: the runs.
+        out: the grid's folder (created if needed; a later call with the same folder resumes the grid).
+        workers: runs at a time on the local pool (default: one per core); with Ray, at most this many
+            at a time (default: as many as the cluster takes).
+        ray_address: run on Ray instead of the local pool: ``"auto"`` (the cluster this machine belongs
+            to), ``"local"`` (start one here) or a cluster's address (``pip install 'marlparts[ray]'``).
+        only: run only the runs for which this returns True.
+        report: where progress lines go (one per finished or failed run, with the counts).
+
+    Returns:
+        The counts at the end; ``failed`` names the runs that failed in this call (each has a
+        ``failed.json`` with the end of its log). A failed run does not stop the others.
+    """
+    runs = [run for run in grid.runs() if only is None or only(run)]
+    progress = GridProgress(done=sum(is_finished(out, run) for run in runs))
+    pending = [run for run in runs if not is_finished(out, run)]
+    progress.left = len(pending)
+    report(f"grid in {out}: {len(runs)} runs, {progress.done} finished before, {len(pending)} to run")
+    if not pending:
+        return progress
+    attempts = {}
+    for run in pending:
+        os.makedirs(run_folder(out, run), exist_ok=True)
+        attempts[run] = next_attempt(run_folder(out, run))
+
+    lock = threading.Lock()  # runs start from the pool's threads
+
+    def finish(run: RunSpec, outcome: Outcome) -> None:
+        _record(out, run, attempts[run], outcome)
+        with lock:
+            progress.running -= 1
+            if outcome.finished:
+                progress.done += 1
+            else:
+                progress.failed.append(run.key)
+            report(f"[{time.strftime('%H:%M:%S')}] {_summary(run, outcome)} | {progress.line()}")
+
+    def started(run: RunSpec) -> None:
+        with lock:
+            progress.left -= 1
+            progress.running += 1
+            report(f"[{time.strftime('%H:%M:%S')}] started {run.key} | {progress.line()}")
+
+    if ray_address is not None:
+        _run_on_ray(pending, ray_address, workers, started, finish)
+    else:
+        _run_on_local_pool(pending, attempts, workers or os.cpu_count() or 1, started, finish)
+    return progress
+
+
+def _run_on_local_pool(pending: Sequence[RunSpec], attempts: Dict[RunSpec, str], workers: int,
+                       started: Callable[[RunSpec], None], finish: Callable[[RunSpec, Outcome], None]) -> None:
+    """Each run in a process of its own, ``workers`` at a time, started from threads of this process."""
+    def one(run: RunSpec) -> Outcome:
+        started(run)
+        attempt = attempts[run]
+        return execute(run, os.path.join(attempt, "work"), _log_path(attempt))
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(one, run): run for run in pending}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                run = futures[future]
+                try:
+                    outcome = future.result()
+                except Exception as error:  # the driver's own failure to start the run: reported as the run's
+                    outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
+                finish(run, outcome)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _log_path(attempt: str) -> str:
+    os.makedirs(attempt, exist_ok=True)
+    return os.path.join(attempt, "log.txt")
+
+
+def _run_on_ray(pending: Sequence[RunSpec], address: str, workers: Optional[int],
+                started: Callable[[RunSpec], None], finish: Callable[[RunSpec, Outcome], None]) -> None:
+    """Each run as a Ray task of one CPU (in a process of its own on the node that takes it)."""
+    try:
+        import ray
+    except ImportError as error:
+        raise ImportError("running a grid on Ray needs ray: pip install 'marlparts[ray]'") from error
+    if not ray.is_initialized():
+        ray.init(address=None if address == "local" else address, include_dashboard=False, log_to_driver=False)
+    remote = ray.remote(num_cpus=1, max_retries=0)(execute_elsewhere)
+    queue, in_flight = list(pending), {}
+    limit = workers or len(queue)
+    while queue or in_flight:
+        while queue and len(in_flight) < limit:
+            run = queue.pop(0)
+            in_flight[remote.remote(run)] = run
+            started(run)
+        ready, _ = ray.wait(list(in_flight), num_returns=1)
+        for reference in ready:
+            run = in_flight.pop(reference)
+            try:
+                outcome = ray.get(reference)
+            except Exception as error:  # the task itself failed (its node went down...): reported as the run's
+                outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
+            finish(run, outcome)
+
+
+def load_results(out: str) -> List[Dict[str, Any]]:
+    """Every finished run's ``result.json`` in the grid folder ``out``."""
+    results = []
+    for root, _, files in os.walk(os.path.join(out, "runs")):
+        if RESULT_FILE in files:
+            with open(os.path.join(root, RESULT_FILE)) as file:
+                results.append(json.load(file))
+    return sorted(results, key=lambda result: (result["environment"], result["task"], result["algorithm"],
+                                               result["seed"]))
