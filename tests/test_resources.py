@@ -46,3 +46,54 @@ def test_kl_adaptive_lr_moves_the_rate_both_ways_within_bounds():
         scheduler.step(0.001)
     assert optimizer.param_groups[0]["lr"] == 2e-3  # ceiling
     assert scheduler.get_last_lr() == [2e-3]
+
+
+def _value_model(outputs=3, inputs=4):
+    import gymnasium
+
+    from marlparts.models import DeterministicMixin, Model, mlp
+
+    class Value(DeterministicMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = mlp(self.num_observations, self.num_outputs, hidden_sizes=(8,))
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    return Value(observation_space=gymnasium.spaces.Box(-1, 1, (inputs,)), output_size=outputs)
+
+
+def test_popart_keeps_the_critic_s_values_in_return_units_when_its_statistics_move():
+    from marlparts.resources import PopArt
+
+    torch.manual_seed(0)
+    model, popart = _value_model(outputs=3), PopArt(1)
+    popart.preserve_outputs_of(model)
+    inputs = {"observations": torch.randn(16, 4)}
+
+    def values():
+        return popart(model.compute(inputs)[0].reshape(-1, 1), inverse=True)
+
+    before = values().detach()
+    for shift in (50.0, -400.0):
+        popart.update(torch.randn(256, 1) * 30 + shift)
+        assert torch.allclose(values(), before, atol=1e-3 * before.abs().max())
+    assert popart.running_mean.item() < -100  # the statistics did move
+    plain = RunningStandardScaler(1)  # without preservation the same moves shift every value
+    plain.update(torch.randn(256, 1) * 30 + 50.0)
+    assert not torch.allclose(plain(model.compute(inputs)[0].reshape(-1, 1), inverse=True), values(), atol=1.0)
+
+
+def test_popart_names_a_critic_whose_output_layer_it_cannot_find():
+    import pytest
+
+    from marlparts.resources import PopArt
+
+    model = _value_model(outputs=3)
+    model.net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())  # no linear layer gives the outputs last
+    model.net[0] = torch.nn.Linear(4, 5)
+    with pytest.raises(ValueError, match="no nn.Linear with 3 outputs"):
+        PopArt(1).preserve_outputs_of(model)
+    with pytest.raises(ValueError, match="size 2 cannot rescale"):
+        PopArt(2).preserve_outputs_of(_value_model(outputs=3))

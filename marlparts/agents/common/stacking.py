@@ -59,6 +59,14 @@ class StackedScaler(nn.Module):
             result = result.clamp(-self.clip_threshold, self.clip_threshold) if clip else result
         return result.flatten(0, 1) if rows else result
 
+    def preserve_outputs_of(self, model: StackedModels) -> None:
+        """Attach each member that preserves a critic's outputs (:class:`~marlparts.resources.PopArt`) to its own
+        member model of the stacked ``model``: its output layer's slice of the stack is what it rescales.
+        """
+        for member, member_model in zip(self.members, model.members):
+            if hasattr(member, "preserve_outputs_of"):
+                member.preserve_outputs_of(member_model)
+
     def update(self, rows: Sequence[torch.Tensor]) -> None:
         """Fold ``rows[k]`` (``(n_k, size)``) into member ``k``'s statistics: each member takes in its own
         agent's rows (a :class:`RunningStandardScaler` takes one tensor).
@@ -160,7 +168,7 @@ class StackedTrainedModel(TrainedModel):
     def make_preprocessor(self, preprocessor_class: Type[nn.Module], size: int, kwargs: Mapping[str, Any],
                           device: torch.device) -> nn.Module:
         """One :class:`RunningStandardScaler` per member, applied together by a :class:`StackedScaler`."""
-        if preprocessor_class is not RunningStandardScaler:
+        if not issubclass(preprocessor_class, RunningStandardScaler):
             raise TypeError(f"{preprocessor_class.__name__}: agents whose models are stacked use RunningStandardScaler "
                             "preprocessors; set cfg['stack_models'] = False for other preprocessors")
         return StackedScaler([preprocessor_class(size, **kwargs).to(device) for _ in self.member_names])

@@ -111,7 +111,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
             if value_record.input_preprocessor is None:
                 value_record.input_preprocessor = self._make_preprocessor("state_preprocessor",
                                                                           self.critic_input_size(uid), value_record)
-                value_record.value_normaliser = self._make_preprocessor("value_preprocessor", 1, value_record)
+                value_record.value_normaliser = self._make_value_normaliser(value_record)
         self._next_observations: Optional[Mapping[str, torch.Tensor]] = None
         self._next_states: Optional[torch.Tensor] = None
         self._next_infos: Optional[Mapping[str, Any]] = None

@@ -23,6 +23,15 @@ class PPOPreprocessingMixin:
             return None
         return record.make_preprocessor(preprocessor_class, size, self.cfg[f"{key}_kwargs"], self.device)
 
+    def _make_value_normaliser(self, record: TrainedModel) -> Optional[nn.Module]:
+        """The value normaliser of ``cfg["value_preprocessor"]`` for the critic of ``record`` (None if not configured),
+        attached to the critic where it preserves the critic's outputs (:class:`~marlparts.resources.PopArt`).
+        """
+        normaliser = self._make_preprocessor("value_preprocessor", 1, record)
+        if normaliser is not None and hasattr(normaliser, "preserve_outputs_of"):
+            normaliser.preserve_outputs_of(record.model)
+        return normaliser
+
     def observation_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
         """The preprocessor of the group's policy inputs (None if not configured)."""
         return group.trained["policy"].input_preprocessor

@@ -1,0 +1,93 @@
+"""Value normalisation that preserves the critic's outputs: PopArt (van Hasselt et al., 2016).
+
+A value normaliser standardises the critic's targets with running statistics of the returns, and the
+critic learns in those standardised units. When the statistics move, every value the critic stands
+for in return units moves with them, although the critic has not learned anything new. Where the
+critic takes few gradient steps per rollout (A2C: one) and bootstraps from its own values, that shift
+feeds back into the next targets and can run away. PopArt ("Preserving Outputs Precisely, while
+Adaptively Rescaling Targets") rescales the critic's output layer at every change of the statistics
+so that its outputs in return units stay exactly as they were.
+"""
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from marlparts.resources.preprocessors import RunningStandardScaler
+
+
+def value_output_layer(model: nn.Module) -> nn.Linear:
+    """The linear layer that gives ``model``'s outputs: the one named by its ``output_layer`` attribute if it
+    has one, else its last ``nn.Linear`` (in module order) with as many outputs as the model has
+    (``model.num_outputs``).
+
+    Raises:
+        ValueError: no such layer, naming the model.
+    """
+    named = getattr(model, "output_layer", None)
+    if isinstance(named, nn.Linear):
+        return named
+    outputs = getattr(model, "num_outputs", None)
+    layers = [module for module in model.modules() if isinstance(module, nn.Linear)
+              and (outputs is None or module.out_features == outputs)]
+    if not layers:
+        raise ValueError(f"PopArt rescales the output layer of the value model {type(model).__name__}, but it has no "
+                         f"nn.Linear with {outputs} outputs: set `self.output_layer` to the nn.Linear whose outputs "
+                         "are the model's values, or use cfg['value_preprocessor'] = RunningStandardScaler")
+    return layers[-1]
+
+
+class PopArt(RunningStandardScaler):
+    """A :class:`RunningStandardScaler` of the returns that, whenever its statistics change, rescales the
+    critic's output layer so that the critic's values in return units stay what they were (PopArt).
+
+    With statistics ``(μ, σ)`` becoming ``(μ', σ')``, the output layer ``y = W h + b`` becomes
+    ``W' = W σ/σ'`` and ``b' = (σ b + μ − μ') / σ'``: then ``σ' y' + μ' = σ y + μ`` for every input.
+    One statistic (``size=1``) rescales every output of the layer alike (a critic with one value per
+    agent, a Q critic with one per action); ``size`` equal to the layer's outputs rescales each on its own.
+
+    Attach the critic with :meth:`preserve_outputs_of`; the algorithms do so for their value models.
+    Unattached it is a plain :class:`RunningStandardScaler`.
+
+    Args:
+        size: number of statistics (1, or the number of outputs of the critic's output layer).
+        epsilon: added to the variance to avoid division by zero.
+        clip_threshold: standardised targets are clipped to ``±clip_threshold``.
+        device: where the statistics live.
+    """
+
+    def __init__(self, size: int, *, epsilon: float = 1e-8, clip_threshold: float = 5.0,
+                 device: Optional[torch.device] = None) -> None:
+        super().__init__(size, epsilon=epsilon, clip_threshold=clip_threshold, device=device)
+        self.__dict__["output_layer"] = None  # the critic's layer: not a submodule of the normaliser
+
+    def preserve_outputs_of(self, model: nn.Module) -> None:
+        """Rescale ``model``'s output layer (:func:`value_output_layer`) at every change of the statistics."""
+        layer = value_output_layer(model)
+        size = self.running_mean.shape[0]
+        if size not in (1, layer.out_features):
+            raise ValueError(f"PopArt of size {size} cannot rescale the output layer of {type(model).__name__}, which "
+                             f"has {layer.out_features} outputs: give it size 1 or {layer.out_features}")
+        if layer.bias is None:
+            raise ValueError(f"PopArt shifts the outputs of {type(model).__name__} through the bias of its output layer, "
+                             f"which has none: build that nn.Linear with bias=True")
+        self.__dict__["output_layer"] = layer
+
+    def standard_deviation(self) -> torch.Tensor:
+        """The statistics' standard deviation (what standardising divides by)."""
+        return (self.running_variance + self.epsilon).sqrt()
+
+    def _fold(self, batch_mean: torch.Tensor, batch_variance: torch.Tensor, batch_count: float) -> None:
+        """Fold in a batch's statistics, then rescale the output layer to keep its outputs in return units."""
+        old_mean, old_std = self.running_mean.clone(), self.standard_deviation()
+        super()._fold(batch_mean, batch_variance, batch_count)
+        layer = self.output_layer
+        if layer is None:
+            return
+        new_std = self.standard_deviation()
+        with torch.no_grad():
+            scale = (old_std / new_std).to(layer.weight.dtype)
+            shift = ((old_mean - self.running_mean) / new_std).to(layer.weight.dtype)
+            layer.weight.mul_(scale.unsqueeze(-1))
+            layer.bias.mul_(scale).add_(shift)
