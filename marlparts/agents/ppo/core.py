@@ -16,7 +16,7 @@ from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.agents.ppo.advantages import compute_gae, waiting_bootstraps
 from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.preprocessing import PPOPreprocessingMixin
-from marlparts.resources.preprocessors import RunningStandardScaler
+from marlparts.resources.popart import PopArt
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
@@ -38,7 +38,8 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "observation_preprocessor_kwargs": {},
     "state_preprocessor": None,           # applied to critic inputs (global state / own observation)
     "state_preprocessor_kwargs": {},
-    "value_preprocessor": RunningStandardScaler,  # value normalisation of the critic targets (None: off)
+    "value_preprocessor": PopArt,         # value normalisation of the critic targets, keeping the critic's
+                                          # outputs when its statistics move (None: off)
     "value_preprocessor_kwargs": {},
     "grad_norm_clip": 10.0,               # per model; 0 disables clipping (per agent allowed)
     "ratio_clip": 0.2,                    # PPO clipping of the probability ratio (per agent allowed)
