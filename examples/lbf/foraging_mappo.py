@@ -1,13 +1,17 @@
 """MAPPO with shared parameters on Level-Based Foraging (``lbforaging``), a Gymnasium multi-agent env.
 
 Agents with levels walk a grid and load food whose level is at most the sum of the levels of the agents
-loading it together; ``-coop`` tasks make every food need all agents. Rewards are normalised so that an
-episode that collects all food returns 1 summed over the agents. Episodes last at most 50 steps (a
-truncation, bootstrapped).
+loading it together; ``-coop`` tasks make every food need all agents; ``-2s`` tasks let each agent see
+only two cells around it. Rewards are normalised so that an episode that collects all food returns 1
+summed over the agents (the team return reported here, as in EPyMARL). Episodes last at most 50 steps
+(a truncation, bootstrapped). The wrapper gives each agent its legal moves as an action mask.
 
 One policy for every agent (its observation holds its own level and position) and one centralised critic
 on all observations concatenated, one value per agent. ``--env`` picks the task, e.g.
-``Foraging-10x10-3p-3f-v3``. Run ``python examples/lbf/foraging_mappo.py --help`` for the options.
+``Foraging-10x10-3p-3f-v3``. EPyMARL's protocol: ``--evaluations`` evaluations at equal intervals
+from the start to the end of training (41 by default), each of ``--episodes`` episodes with sampled
+and with greedy actions, appended to ``evaluations.jsonl`` in the experiment folder.
+Run ``python examples/lbf/foraging_mappo.py --help`` for the options.
 """
 
 import argparse
@@ -16,11 +20,10 @@ import time
 
 import gymnasium
 import lbforaging  # noqa: F401  (registers the Foraging-* envs)
-import numpy as np
 import torch
 
 from marlparts.agents import MAPPO, MAPPO_DEFAULT_CONFIG
-from marlparts.envs import GymnasiumMultiAgentEnv, MultiAgentEnv, wrap_env
+from marlparts.envs import MultiAgentEnv, wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
@@ -29,8 +32,8 @@ from marlparts.utils import set_seed
 
 TASK = "Foraging-8x8-2p-2f-coop-v3"
 NUM_ENVS = 32  # env copies stepped together
-TIMESTEPS = 1_000_000  # env steps of training (all copies counted)
-EVAL_INTERVAL = 100_000  # env steps between greedy evaluations
+TIMESTEPS = 2_000_000  # env steps of training (all copies counted): a tenth of EPyMARL's on-policy budget
+EVALUATIONS = 41  # evaluations from the start to the end of training, as EPyMARL's protocol
 DIRECTORY = "runs/lbf_mappo"
 
 
@@ -58,26 +61,13 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def valid_action_masks(env: gymnasium.Env) -> np.ndarray:
-    """Each agent's legal actions ``(agents, 6)``, read off LBF's ``get_valid_actions()`` (the joint tuples of
-    legal actions): no moving into food, walls or off the grid, no loading without adjacent food. Those
-    tuples are every combination of the players' moves, so the cost grows exponentially with the players
-    (measured: 0.4 ms a step with 4 players, 9 ms with 6).
-    """
-    joint = np.array([[action.value for action in actions] for actions in env.unwrapped.get_valid_actions()])
-    masks = np.zeros((joint.shape[1], 6), dtype=bool)
-    masks[np.broadcast_to(np.arange(joint.shape[1]), joint.shape), joint] = True
-    return masks
-
-
 def make_env(task: str = TASK, num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0) -> MultiAgentEnv:
-    """``num_envs`` copies of the LBF ``task`` with each agent's legal actions as its action mask (LBF would
-    turn an illegal action into a no-op: a greedy agent that keeps choosing one stands still for good); the
-    global state is every observation concatenated.
+    """``num_envs`` copies of the LBF ``task``; the global state is every observation concatenated. The wrapper
+    gives each agent its legal moves as its action mask (LBF would turn an illegal move into a no-op: a greedy
+    agent that keeps choosing one stands still for good).
     """
-    return wrap_env(lambda: GymnasiumMultiAgentEnv(gymnasium.make(task, disable_env_checker=True),
-                                                   action_masks=valid_action_masks),
-                    num_envs=num_envs, workers=workers, seed=seed)
+    return wrap_env(lambda: gymnasium.make(task, disable_env_checker=True), num_envs=num_envs, workers=workers,
+                    seed=seed)
 
 
 def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> MAPPO:
@@ -115,40 +105,47 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--num-envs", type=int, default=NUM_ENVS, help="env copies stepped together")
     parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
     parser.add_argument("--directory", default=DIRECTORY, help="where TensorBoard logs and checkpoints go")
+    parser.add_argument("--evaluations", type=int, default=EVALUATIONS,
+                        help="evaluations over the run, the first before training (0: only one at the end)")
+    parser.add_argument("--episodes", type=int, default=100, help="episodes of each evaluation (each kind of action)")
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
-    parser.add_argument("--episodes", type=int, default=100, help="evaluation episodes")
     return parser.parse_args()
 
 
 def main() -> None:
-    """Train (or resume, or only evaluate), save the agent, and print its greedy evaluation."""
+    """Train (or resume, or only evaluate), save the agent, and print its evaluation with sampled and greedy
+    actions.
+    """
     args = parse_arguments()
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
+    if args.evaluations == 1 or args.evaluations < 0:
+        raise SystemExit("--evaluations must be 0 or at least 2 (one before training, one at its end)")
     set_seed(args.seed)
     env = make_env(args.env, args.num_envs, args.workers, args.seed)
-    agent = make_agent(env, args.directory, entropy_annealing_timesteps=max(args.timesteps // env.num_envs, 1))
+    steps = max(args.timesteps // env.num_envs, 1)  # vectorized steps
+    interval = max(steps // (args.evaluations - 1), 1) if args.evaluations else 0
+    steps = interval * (args.evaluations - 1) if args.evaluations else steps  # evaluations at equal intervals
+    agent = make_agent(env, args.directory, entropy_annealing_timesteps=steps)
     if args.checkpoint:
         agent.load(args.checkpoint)
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
-        "timesteps": args.timesteps // env.num_envs,
-        "eval_interval": EVAL_INTERVAL // env.num_envs,  # greedy evaluation: keeps best_agent.pt
-        "eval_episodes": args.episodes,
+        "timesteps": steps, "eval_interval": interval, "eval_at_start": True, "eval_episodes": args.episodes,
+        "team_return": "sum",  # LBF's reward is the team's: its return is summed over the agents
     })
     if not args.eval:
         began = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - began
-        steps = trainer.cfg["timesteps"] * env.num_envs
         checkpoint = os.path.join(agent.experiment_dir, "checkpoints", "final_agent.pt")
         agent.save(checkpoint)
-        print(f"trained {steps} env steps on 1 rank(s) in {seconds:.2f} s: {steps / seconds:.0f} env steps per second")
+        print(f"trained {steps * env.num_envs} env steps in {seconds:.2f} s: "
+              f"{steps * env.num_envs / seconds:.0f} env steps per second")
         print(f"checkpoint: {checkpoint}")
     result = trainer.eval()
-    total = sum(result["returns"].values())
-    print(f"greedy evaluation over {result['episodes']} episodes: mean return {result['mean_return']:.3f}, "
-          f"total over the agents {total:.3f} (of 1 when all food is collected)")
+    print(f"evaluation over {result['episodes']} episodes, team return (of 1 when all food is collected): "
+          f"sampled actions {result['sampled']['mean_return']:.3f}, greedy {result['greedy']['mean_return']:.3f}")
     env.close()
 
 
