@@ -140,3 +140,19 @@ def test_a_bad_grid_cell_is_an_error_that_names_it(cell, message):
     with pytest.raises(ValueError, match="grid cell 0 \\(A on e\\)") as error:
         grid.runs()
     assert message in str(error.value)
+
+
+def test_a_run_held_by_another_live_driver_is_passed_over_and_a_stale_claim_taken_over(tmp_path):
+    from marlparts.benchmark.runner import claim, run_folder
+
+    grid = tiny_grid(tasks=("steps3",), seeds=(0, 1))
+    held, stale = (run_folder(str(tmp_path), run) for run in grid.runs())
+    os.makedirs(held)
+    os.makedirs(stale)
+    assert claim(held)  # this process holds seed 0, as a second driver would
+    with open(os.path.join(stale, "claim.json"), "w") as file:  # seed 1 was held by a process that has gone
+        json.dump({"host": __import__("socket").gethostname(), "pid": 2**22 + 12345}, file)
+    progress = run_grid(grid, str(tmp_path), workers=2, report=lambda line: None)
+    assert progress.elsewhere == [os.path.join("counting", "steps3", "MAPPO", "seed_0")]
+    assert progress.done == 1 and not os.path.exists(os.path.join(held, "result.json"))
+    assert os.path.exists(os.path.join(stale, "result.json")) and not os.path.exists(os.path.join(stale, "claim.json"))

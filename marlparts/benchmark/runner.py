@@ -5,12 +5,16 @@ The grid's folder holds one folder per run, ``runs/<environment>/<task>/<algorit
 ``failed.json`` where its last attempt failed (why, and the end of its log), and one folder per
 attempt, ``attempt_<n>/``, with the run's ``log.txt`` and the experiment folder it trained in. A run
 stopped half-way (the machine went down, the session ended) starts again in a new attempt folder at
-the next :func:`run_grid`; nothing an earlier attempt wrote is touched.
+the next :func:`run_grid`; nothing an earlier attempt wrote is touched. While a run runs, its folder
+holds ``claim.json`` (the driver's host and process id): a second driver on the same grid folder
+passes over the runs the first one holds, so several drivers share a grid without running a run
+twice; a claim whose process has gone (on this host) is taken over.
 """
 
 import concurrent.futures
 import json
 import os
+import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -22,6 +26,7 @@ from marlparts.utils.files import write_json_atomically
 
 RESULT_FILE = "result.json"
 FAILURE_FILE = "failed.json"
+CLAIM_FILE = "claim.json"
 
 
 @dataclass
@@ -32,10 +37,12 @@ class GridProgress:
     running: int = 0
     left: int = 0
     failed: List[str] = field(default_factory=list)
+    elsewhere: List[str] = field(default_factory=list)
 
     def line(self) -> str:
-        """``done 3, running 2, left 10, failed 1``."""
-        return f"done {self.done}, running {self.running}, left {self.left}, failed {len(self.failed)}"
+        """``done 3, running 2, left 10, failed 1`` (and ``held by another driver 2`` where some are)."""
+        line = f"done {self.done}, running {self.running}, left {self.left}, failed {len(self.failed)}"
+        return line + (f", held by another driver {len(self.elsewhere)}" if self.elsewhere else "")
 
 
 def run_folder(out: str, run: RunSpec) -> str:
@@ -46,6 +53,48 @@ def run_folder(out: str, run: RunSpec) -> str:
 def is_finished(out: str, run: RunSpec) -> bool:
     """Whether ``run`` has finished (its ``result.json`` is there)."""
     return os.path.isfile(os.path.join(run_folder(out, run), RESULT_FILE))
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(folder: str) -> bool:
+    """Take the run of ``folder`` for this process (``claim.json``, created only if absent); False where another
+    live process holds it. A claim left by a process of this host that has gone is taken over.
+    """
+    path = os.path.join(folder, CLAIM_FILE)
+    own = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    for _ in range(2):
+        try:
+            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                with open(path) as file:
+                    holder = json.load(file)
+            except (OSError, json.JSONDecodeError):
+                return False  # being written by its holder this instant
+            if holder.get("host") != own["host"] or _process_alive(int(holder.get("pid", -1))):
+                return False
+            os.remove(path)  # its process has gone: the claim is stale
+            continue
+        with os.fdopen(handle, "w") as file:
+            json.dump(own, file)
+        return True
+    return False
+
+
+def release(folder: str) -> None:
+    """Give up this process's claim on the run of ``folder``."""
+    path = os.path.join(folder, CLAIM_FILE)
+    if os.path.exists(path):
+        os.remove(path)
 
 
 def next_attempt(folder: str) -> str:
@@ -108,17 +157,31 @@ def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address
     pending = [run for run in runs if not is_finished(out, run)]
     progress.left = len(pending)
     report(f"grid in {out}: {len(runs)} runs, {progress.done} finished before, {len(pending)} to run")
-    if not pending:
-        return progress
-    attempts = {}
-    for run in pending:
-        os.makedirs(run_folder(out, run), exist_ok=True)
-        attempts[run] = next_attempt(run_folder(out, run))
+    lock = threading.Lock()  # runs start and end in the pool's threads
+    attempts: Dict[RunSpec, str] = {}
 
-    lock = threading.Lock()  # runs start from the pool's threads
+    def start(run: RunSpec) -> Optional[str]:
+        """Claim ``run`` and make its attempt folder (None where it is finished or held by another driver)."""
+        folder = run_folder(out, run)
+        os.makedirs(folder, exist_ok=True)
+        with lock:
+            progress.left -= 1
+            if is_finished(out, run) or not claim(folder):
+                if is_finished(out, run):
+                    progress.done += 1
+                else:
+                    progress.elsewhere.append(run.key)
+                return None
+            progress.running += 1
+            attempts[run] = next_attempt(folder)
+            report(f"[{time.strftime('%H:%M:%S')}] started {run.key} | {progress.line()}")
+            return attempts[run]
 
     def finish(run: RunSpec, outcome: Outcome) -> None:
-        _record(out, run, attempts[run], outcome)
+        try:
+            _record(out, run, attempts[run], outcome)
+        finally:
+            release(run_folder(out, run))
         with lock:
             progress.running -= 1
             if outcome.finished:
@@ -127,37 +190,36 @@ def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address
                 progress.failed.append(run.key)
             report(f"[{time.strftime('%H:%M:%S')}] {_summary(run, outcome)} | {progress.line()}")
 
-    def started(run: RunSpec) -> None:
-        with lock:
-            progress.left -= 1
-            progress.running += 1
-            report(f"[{time.strftime('%H:%M:%S')}] started {run.key} | {progress.line()}")
-
+    if not pending:
+        return progress
     if ray_address is not None:
-        _run_on_ray(pending, ray_address, workers, started, finish)
+        _run_on_ray(pending, ray_address, workers, start, finish, lambda run: release(run_folder(out, run)))
     else:
-        _run_on_local_pool(pending, attempts, workers or os.cpu_count() or 1, started, finish)
+        _run_on_local_pool(pending, workers or os.cpu_count() or 1, start, finish)
     return progress
 
 
-def _run_on_local_pool(pending: Sequence[RunSpec], attempts: Dict[RunSpec, str], workers: int,
-                       started: Callable[[RunSpec], None], finish: Callable[[RunSpec, Outcome], None]) -> None:
+def _run_on_local_pool(pending: Sequence[RunSpec], workers: int, start: Callable[[RunSpec], Optional[str]],
+                       finish: Callable[[RunSpec, Outcome], None]) -> None:
     """Each run in a process of its own, ``workers`` at a time, started from threads of this process."""
-    def one(run: RunSpec) -> Outcome:
-        started(run)
-        attempt = attempts[run]
-        return execute(run, os.path.join(attempt, "work"), _log_path(attempt))
+    def one(run: RunSpec) -> None:
+        attempt = start(run)
+        if attempt is None:
+            return
+        try:
+            outcome = execute(run, os.path.join(attempt, "work"), _log_path(attempt))
+        except Exception as error:  # the driver's own failure to start the run: reported as the run's
+            outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
+        except BaseException:  # the driver is stopped: the run stays unfinished, its claim goes
+            release(os.path.dirname(attempt))
+            raise
+        finish(run, outcome)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(one, run): run for run in pending}
+        futures = [pool.submit(one, run) for run in pending]
         try:
             for future in concurrent.futures.as_completed(futures):
-                run = futures[future]
-                try:
-                    outcome = future.result()
-                except Exception as error:  # the driver's own failure to start the run: reported as the run's
-                    outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
-                finish(run, outcome)
+                future.result()
         except BaseException:
             for future in futures:
                 future.cancel()
@@ -170,7 +232,8 @@ def _log_path(attempt: str) -> str:
 
 
 def _run_on_ray(pending: Sequence[RunSpec], address: str, workers: Optional[int],
-                started: Callable[[RunSpec], None], finish: Callable[[RunSpec, Outcome], None]) -> None:
+                start: Callable[[RunSpec], Optional[str]], finish: Callable[[RunSpec, Outcome], None],
+                abandon: Callable[[RunSpec], None]) -> None:
     """Each run as a Ray task of one CPU (in a process of its own on the node that takes it)."""
     try:
         import ray
@@ -181,19 +244,26 @@ def _run_on_ray(pending: Sequence[RunSpec], address: str, workers: Optional[int]
     remote = ray.remote(num_cpus=1, max_retries=0)(execute_elsewhere)
     queue, in_flight = list(pending), {}
     limit = workers or len(queue)
-    while queue or in_flight:
-        while queue and len(in_flight) < limit:
-            run = queue.pop(0)
-            in_flight[remote.remote(run)] = run
-            started(run)
-        ready, _ = ray.wait(list(in_flight), num_returns=1)
-        for reference in ready:
-            run = in_flight.pop(reference)
-            try:
-                outcome = ray.get(reference)
-            except Exception as error:  # the task itself failed (its node went down...): reported as the run's
-                outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
-            finish(run, outcome)
+    try:
+        while queue or in_flight:
+            while queue and len(in_flight) < limit:
+                run = queue.pop(0)
+                if start(run) is not None:
+                    in_flight[remote.remote(run)] = run
+            if not in_flight:
+                continue
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            for reference in ready:
+                run = in_flight.pop(reference)
+                try:
+                    outcome = ray.get(reference)
+                except Exception as error:  # the task itself failed (its node went down...): reported as the run's
+                    outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
+                finish(run, outcome)
+    finally:  # the driver is stopped: the runs in flight stay unfinished, their claims go
+        for reference, run in in_flight.items():
+            ray.cancel(reference, force=True)
+            abandon(run)
 
 
 def load_results(out: str) -> List[Dict[str, Any]]:
