@@ -25,11 +25,11 @@ def tiny_grid(tasks=("steps3", "steps5"), seeds=(0, 1), **cell):
          **cell}]})
 
 
-def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its_log(tmp_path):
-    grid = tiny_grid(tasks=("steps3", "broken", "steps5"))
+def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its_log(tmp_path, capsys):
+    grid = tiny_grid(tasks=("steps3", "broken"))
     lines = []
     progress = run_grid(grid, str(tmp_path), workers=2, report=lines.append)
-    assert progress.done == 4 and progress.left == 0 and progress.running == 0
+    assert progress.done == 2 and progress.left == 0 and progress.running == 0
     assert sorted(progress.failed) == [os.path.join("counting", "broken", "MAPPO", f"seed_{seed}") for seed in (0, 1)]
     assert any("left 0" in line for line in lines)
     result = json.loads((tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_1" / "result.json").read_text())
@@ -40,11 +40,22 @@ def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its
     assert os.path.isfile(failure["log"])
 
     again = []
-    second = run_grid(tiny_grid(tasks=("steps3", "steps5")), str(tmp_path), workers=2, report=again.append)
-    assert second.done == 4 and second.failed == [] and not any("started" in line for line in again)
+    second = run_grid(tiny_grid(tasks=("steps3",)), str(tmp_path), workers=2, report=again.append)
+    assert second.done == 2 and second.failed == [] and not any("started" in line for line in again)
     # the finished runs were left as they were: one attempt each
-    assert sorted(os.listdir(tmp_path / "runs" / "counting" / "steps5" / "MAPPO" / "seed_0")) == ["attempt_1",
+    assert sorted(os.listdir(tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_0")) == ["attempt_1",
                                                                                                     "result.json"]
+    # the command line on the same grid: nothing left to run, every run listed, the report written
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(json.dumps({"seeds": [0, 1], "evaluations": 3, "eval_episodes": 4, "timesteps": 16, "cells": [
+        {"algorithm": "MAPPO", "environment": "counting", "function": "benchmark_runs:train",
+         "tasks": ["steps3", "broken"]}]}))
+    assert command_line(["status", str(grid_file), "--out", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out
+    assert listed.count("finished") == 2 and listed.count("failed") == 2
+    pytest.importorskip("rliable")
+    assert command_line(["report", str(tmp_path), "--no-figures", "--repetitions", "100"]) == 0
+    assert (tmp_path / "report" / "marl_eval.json").is_file() and not (tmp_path / "report" / "curves_counting.png").exists()
 
 
 def test_a_grid_runs_on_a_local_ray_instance(tmp_path):
@@ -64,43 +75,69 @@ def test_a_grid_runs_on_a_local_ray_instance(tmp_path):
     assert "this task always fails" in failure["log_tail"]
 
 
+def write_results(out, curves):
+    """Finished runs with the given learning curves: ``{(task, algorithm, seed): [(sampled, greedy) per evaluation]}``,
+    each evaluation of 4 episodes spread around the given means, at 0, 100, 200... env steps."""
+    for (task, algorithm, seed), points in curves.items():
+        folder = out / "runs" / "toy" / task / algorithm / f"seed_{seed}"
+        folder.mkdir(parents=True)
+        evaluations = [{"timestep": i * 10, "env_steps": i * 100, "episodes": 4,
+                        "sampled": {"mean_return": sampled, "episode_returns": [sampled + d for d in (-1, 1, -2, 2)]},
+                        "greedy": {"mean_return": greedy, "episode_returns": [greedy] * 4}}
+                       for i, (sampled, greedy) in enumerate(points)]
+        (folder / "result.json").write_text(json.dumps({"algorithm": algorithm, "environment": "toy", "task": task,
+                                                        "seed": seed, "evaluations": evaluations}))
+
+
 def test_the_report_is_marl_eval_s_layout_with_rliable_intervals_figures_and_a_reference(tmp_path):
     pytest.importorskip("rliable")
     pytest.importorskip("matplotlib")
-    run_grid(tiny_grid(seeds=(0, 1, 2)), str(tmp_path), workers=2, report=lambda line: None)
+    curves = {}
+    for seed in range(3):
+        curves[("easy", "A", seed)] = [(0.0, 0.0), (8.0 + seed, 5.0), (6.0, 4.0)]  # best mean at the middle point
+        curves[("easy", "B", seed)] = [(0.0, 0.0), (1.0, 1.0), (2.0 + seed, 1.0)]
+        curves[("hard", "A", seed)] = [(0.0, 0.0), (3.0, 1.0), (4.0, 2.0)]
+        curves[("hard", "B", seed)] = [(0.0, 0.0), (0.5, 0.0), (1.0 + seed, 0.5)]
+    write_results(tmp_path, curves)
     reference = tmp_path / "reference.json"
-    reference.write_text(json.dumps({"source": "a test", "budget": {"counting": 160}, "statistics": {
-        "max_of_mean": {"label": "Table A", "counting": {"steps3": {"MAPPO": [9.0, 0.5]}}}}}))
+    reference.write_text(json.dumps({"source": "a test", "budget": {"toy": 2000}, "statistics": {
+        "max_of_mean": {"label": "Table A", "toy": {"easy": {"A": [9.5, 0.5]}}},
+        "mean_of_mean": {"label": "Table B", "toy": {"easy": {"A": [4.0, 0.1]}}}}}))
     summary = write_report(str(tmp_path), reference=str(reference), repetitions=200)
 
     data = json.loads((tmp_path / "report" / "marl_eval.json").read_text())
-    runs = data["counting"]["steps3"]["MAPPO"]
+    runs = data["toy"]["easy"]["A"]
     assert sorted(runs) == ["run_0", "run_1", "run_2"]
     run = runs["run_2"]
     assert sorted(key for key in run if key.startswith("step_")) == ["step_0", "step_1", "step_2"]
-    assert [run[f"step_{i}"]["step_count"] for i in range(3)] == [0, 8, 16]
-    for step in ("step_0", "step_2"):
-        assert len(run[step]["episode_return"]) == len(run[step]["greedy_episode_return"]) == 4
+    assert [run[f"step_{i}"]["step_count"] for i in range(3)] == [0, 100, 200]
+    assert run["step_1"]["episode_return"] == [9.0, 11.0, 8.0, 12.0] and run["step_1"]["greedy_episode_return"] == [5.0] * 4
     assert run["absolute_metrics"]["episode_return"] == run["step_2"]["episode_return"]
-    result = json.loads((tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_2" / "result.json").read_text())
-    assert run["step_1"]["episode_return"] == result["evaluations"][1]["sampled"]["episode_returns"]
+    assert learning_curves(data, "toy", "easy", "A")["returns"].tolist() == [[0, 8, 6], [0, 9, 6], [0, 10, 6]]
 
-    curves = learning_curves(data, "counting", "steps3", "MAPPO")
-    assert curves["returns"].shape == (3, 3)
-    row = next(row for row in summary["tasks"] if row["task"] == "steps3" and row["actions"] == "sampled")
-    mean_curve = curves["returns"].mean(axis=0)
-    assert row["max_of_mean"] == pytest.approx(mean_curve.max()) and row["mean_of_mean"] == pytest.approx(mean_curve.mean())
-    assert row["final"] == pytest.approx(curves["returns"][:, -1].mean())
+    rows = {(row["task"], row["algorithm"], row["actions"]): row for row in summary["tasks"]}
+    easy_a = rows[("easy", "A", "sampled")]
+    assert easy_a["max_of_mean"] == pytest.approx(9.0) and easy_a["max_at_step"] == 100  # the best point, not the last
+    assert easy_a["mean_of_mean"] == pytest.approx(5.0) and easy_a["final"] == pytest.approx(6.0)
+    assert rows[("easy", "B", "sampled")]["final_min"] == 2.0 and rows[("easy", "B", "sampled")]["final_max"] == 4.0
+    assert rows[("easy", "A", "greedy")]["max_of_mean"] == pytest.approx(5.0)
 
-    aggregates = summary["environments"]["counting"]["sampled"]["aggregates"]["MAPPO"]
-    for statistic in ("IQM", "Mean", "Median", "Optimality gap"):
-        assert aggregates[statistic]["low"] <= aggregates[statistic]["value"] <= aggregates[statistic]["high"]
-    compared = summary["reference"]["comparison"]
-    steps3 = next(entry for entry in compared if entry["task"] == "steps3")
-    assert steps3["reference_max_of_mean"] == [9.0, 0.5]
-    assert steps3["difference_max_of_mean"] == pytest.approx(row["max_of_mean"] - 9.0)
-    assert "Table A" in (tmp_path / "report" / "comparison.md").read_text()
-    for name in ("curves_counting.png", "aggregates_counting.png"):
+    statistics = summary["environments"]["toy"]["sampled"]
+    assert statistics["tasks"] == ["easy", "hard"] and statistics["runs"] == 3
+    for algorithm in ("A", "B"):
+        for name in ("IQM", "Mean", "Median", "Optimality gap"):
+            figures = statistics["aggregates"][algorithm][name]
+            assert figures["low"] <= figures["value"] <= figures["high"]
+    assert statistics["aggregates"]["A"]["Mean"]["value"] > statistics["aggregates"]["B"]["Mean"]["value"]
+    improvement = {(pair["algorithm"], pair["over"]): pair["value"] for pair in statistics["probability_of_improvement"]}
+    assert improvement[("A", "B")] > 0.5 > improvement[("B", "A")]
+
+    easy = next(entry for entry in summary["reference"]["comparison"] if entry["task"] == "easy" and entry["algorithm"] == "A")
+    assert easy["reference_max_of_mean"] == [9.5, 0.5] and easy["difference_max_of_mean"] == pytest.approx(-0.5)
+    assert easy["difference_mean_of_mean"] == pytest.approx(1.0)
+    table = (tmp_path / "report" / "comparison.md").read_text()
+    assert "Table A" in table and "| toy | easy | A | 3 | 200 / 2k |" in table
+    for name in ("curves_toy.png", "aggregates_toy.png", "improvement_toy.png"):
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -113,19 +150,6 @@ def test_the_probability_of_improvement_favours_the_better_algorithm():
     pairs = {(pair["algorithm"], pair["over"]): pair for pair in probability_of_improvement(scores, repetitions=200)}
     assert pairs[("good", "poor")]["value"] == pytest.approx(1.0)
     assert pairs[("poor", "good")]["value"] == pytest.approx(0.0)
-
-
-def test_the_command_line_runs_a_grid_file_and_writes_its_report(tmp_path, capsys):
-    pytest.importorskip("rliable")
-    grid = tmp_path / "grid.json"
-    grid.write_text(json.dumps({"seeds": [0], "evaluations": 2, "eval_episodes": 2, "timesteps": 8, "cells": [
-        {"algorithm": "MAPPO", "environment": "counting", "function": "benchmark_runs:train", "tasks": ["steps3"]}]}))
-    out = tmp_path / "out"
-    assert command_line(["run", str(grid), "--out", str(out), "--workers", "1"]) == 0
-    assert command_line(["status", str(grid), "--out", str(out)]) == 0
-    assert "finished" in capsys.readouterr().out
-    assert command_line(["report", str(out), "--no-figures", "--repetitions", "100"]) == 0
-    assert (out / "report" / "marl_eval.json").is_file()
 
 
 @pytest.mark.parametrize("cell, message", [

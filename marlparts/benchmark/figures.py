@@ -86,6 +86,7 @@ def aggregates_figure(aggregates: Mapping[str, Mapping[str, Mapping[str, float]]
         panel.set_yticks(range(len(algorithms)))
         panel.set_yticklabels(algorithms if statistic == AGGREGATES[0] else [])
         panel.set_title(statistic, fontsize=10)
+        panel.set_xlim(-0.02, 1.02)  # scores are normalised to [0, 1] per task
         panel.set_xlabel("normalised score")
         panel.grid(axis="x", alpha=0.3)
     if title:

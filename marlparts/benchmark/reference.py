@@ -106,4 +106,6 @@ def comparison_markdown(compared: List[Mapping[str, Any]], reference: Mapping[st
 def _steps(value: Optional[float]) -> str:
     if value is None:
         return "?"
-    return f"{value / 1e6:g}M" if value >= 1e6 else f"{value / 1e3:g}k"
+    if value >= 1e6:
+        return f"{value / 1e6:g}M"
+    return f"{value / 1e3:g}k" if value >= 1e3 else f"{value:g}"
