@@ -68,9 +68,10 @@ class SequentialTrainer(Trainer):
 
     def train(self) -> None:
         """Train for ``cfg["timesteps"]`` vectorized steps (fewer if a callback calls :meth:`stop`);
-        metrics are flushed even if a step fails.
+        metrics are flushed, and gradients switched back on, even if a step fails or is interrupted.
         """
         env, steps = self.env, int(self.cfg["timesteps"])
+        grad_enabled = torch.is_grad_enabled()
         for agent in self.agents:
             agent.init(self.cfg)
             agent.set_mode("train")
@@ -121,6 +122,7 @@ class SequentialTrainer(Trainer):
                 if self._stop_requested:
                     break
         finally:
+            torch.set_grad_enabled(grad_enabled)  # an interrupt inside a switch of grad mode may leave it off
             bar.close()
             for agent in self.agents:
                 if agent.tracker is not None:
@@ -236,6 +238,7 @@ class SequentialTrainer(Trainer):
         episodes = int(episodes or self.cfg["eval_episodes"])
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
+        grad_enabled = torch.is_grad_enabled()
         for agent in self.agents:
             agent.set_mode("eval")
             agent.stochastic_evaluation = bool(self.cfg["stochastic_evaluation"])
@@ -248,6 +251,7 @@ class SequentialTrainer(Trainer):
                                                                    opponents=seats),
                 episodes, seed=seed, record_video=video)
         finally:
+            torch.set_grad_enabled(grad_enabled)
             for agent in self.agents:
                 agent.set_mode("train")
         fixed = seats.seats if seats is not None else []
