@@ -73,7 +73,7 @@ class CsvSink:
     def __init__(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, "scalars.csv")
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         status = os.fstat(self.fd)
         self._identity = (status.st_dev, status.st_ino)
         self._drop_partial_row()
@@ -82,15 +82,41 @@ class CsvSink:
 
     def _drop_partial_row(self) -> None:
         """Cut off a last row that a process killed while writing left unfinished."""
+        size = os.fstat(self.fd).st_size
+        end, chunk = size, 1 << 16
         with open(self.path, "rb") as file:
-            data = file.read()
-        if data and not data.endswith(b"\n"):
-            os.ftruncate(self.fd, data.rfind(b"\n") + 1)
+            while end > 0:  # back from the end to the last line break
+                file.seek(max(0, end - chunk))
+                data = file.read(end - max(0, end - chunk))
+                if data.rfind(b"\n") >= 0:
+                    end = max(0, end - chunk) + data.rfind(b"\n") + 1
+                    break
+                end = max(0, end - chunk)
+        if end < size:
+            os.ftruncate(self.fd, end)
             warnings.warn(f"{self.path} ended in an unfinished row, which is cut off", RuntimeWarning, stacklevel=4)
 
     def _append(self, rows: List[List[Any]]) -> None:
         text = io.StringIO()
         csv.writer(text).writerows(rows)
+        try:
+            self._check_file()
+            size = os.fstat(self.fd).st_size
+            try:
+                write_all(self.fd, text.getvalue().encode())
+            except OSError as error:
+                try:
+                    os.ftruncate(self.fd, size)  # whole rows only: a part of one would spoil the file
+                except OSError:
+                    pass
+                raise OSError(error.errno, f"could not write to {self.path}: {describe_write_error(error, self.path)}") \
+                    from error
+        except OSError:
+            self.close()  # a file that failed once is written no more
+            raise
+
+    def _check_file(self) -> None:
+        """Raise ``FileNotFoundError`` naming the file if it was deleted or replaced since it was opened."""
         try:
             status = os.stat(self.path)
         except FileNotFoundError:
@@ -99,16 +125,6 @@ class CsvSink:
         if (status.st_dev, status.st_ino) != self._identity:
             raise FileNotFoundError(errno.ENOENT, f"{self.path} was replaced by another file while the run was "
                                                   "writing it")
-        size = os.fstat(self.fd).st_size
-        try:
-            write_all(self.fd, text.getvalue().encode())
-        except OSError as error:
-            try:
-                os.ftruncate(self.fd, size)  # whole rows only: a part of one would spoil the file
-            except OSError:
-                pass
-            raise OSError(error.errno, f"could not write to {self.path}: {describe_write_error(error, self.path)}") \
-                from error
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
         """Append one row per value, all in one write."""
@@ -118,8 +134,10 @@ class CsvSink:
         """Videos are files of their own; nothing goes to the CSV."""
 
     def close(self) -> None:
-        """Close the file."""
-        os.close(self.fd)
+        """Close the file (once)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class WandbSink:
@@ -232,10 +250,6 @@ class Tracker:
                 warnings.warn(f"{sink.name} logging failed and is switched off for this run: {error!r}",
                               RuntimeWarning, stacklevel=3)
                 self.sinks.remove(sink)
-                try:
-                    sink.close()
-                except Exception:  # it failed already, and said so
-                    pass
 
     def close(self) -> None:
         """Flush and close every sink."""
