@@ -268,3 +268,78 @@ def test_lbf_envs_come_with_their_legal_moves_as_action_masks():
     assert masks["agent_0"][:, 0].all()  # doing nothing is always legal
     assert not masks["agent_0"].all()  # and something is refused somewhere (a wall, or no food to load)
     env.close()
+
+
+def lbf_with_one_food_next_to_agent_0():
+    """The adapter of a reset LBF env whose field holds only one food, of level 1, beside agent 0."""
+    pytest.importorskip("lbforaging")
+    __import__("lbforaging")
+    adapter = GymnasiumMultiAgentEnv(gymnasium.make("Foraging-8x8-2p-1f-v3", disable_env_checker=True))
+    adapter.reset(seed=0)
+    raw = adapter.env.unwrapped
+    raw.field[:] = 0
+    row, col = raw.players[0].position
+    taken = {tuple(player.position) for player in raw.players}
+    free = next((r, c) for r, c in ((row - 1, col), (row + 1, col), (row, col - 1), (row, col + 1))
+                if 0 <= r < raw.rows and 0 <= c < raw.cols and (r, c) not in taken)
+    raw.field[free] = 1
+    return adapter
+
+
+def test_the_last_food_eaten_at_the_step_limit_ends_lbf_s_episode_as_terminated():
+    adapter = lbf_with_one_food_next_to_agent_0()
+    assert adapter.time_limit == 50
+    for _ in range(49):
+        adapter.step({"agent_0": 0, "agent_1": 0})  # no-ops: the food waits
+    _, rewards, terminated, truncated, _ = adapter.step({"agent_0": 5, "agent_1": 0})  # step 50: agent 0 loads it
+    assert rewards["agent_0"] > 0 and not adapter.env.unwrapped.field.any()
+    assert terminated == {"agent_0": True, "agent_1": True}
+    assert truncated == {"agent_0": False, "agent_1": False}
+
+
+def test_lbf_s_step_limit_with_food_left_is_still_a_truncation():
+    adapter = lbf_with_one_food_next_to_agent_0()
+    for _ in range(50):
+        _, _, terminated, truncated, _ = adapter.step({"agent_0": 0, "agent_1": 0})
+    assert terminated == {"agent_0": False, "agent_1": False}
+    assert truncated == {"agent_0": True, "agent_1": True}
+
+
+def test_a_function_of_the_env_tells_its_own_end_from_its_step_limit():
+    finished = GymnasiumMultiAgentEnv(TupleSpacesEnv(limit=3), time_limit=3, episode_finished=lambda env: env.t == 3)
+    cut = GymnasiumMultiAgentEnv(TupleSpacesEnv(limit=3), time_limit=3, episode_finished=lambda env: False)
+    for adapter, ended_by_the_env in ((finished, True), (cut, False)):
+        adapter.reset()
+        for _ in range(3):
+            _, _, terminated, truncated, _ = adapter.step({"agent_0": 0, "agent_1": 0})
+        assert terminated == {"agent_0": ended_by_the_env, "agent_1": ended_by_the_env}
+        assert truncated == {"agent_0": not ended_by_the_env, "agent_1": not ended_by_the_env}
+
+
+class RegisteredEndsAtStepTwo(TupleSpacesEnv):
+    """Ends its episodes itself (``done``) at step 2, long before its own registered step limit of 50."""
+
+    def __init__(self):
+        super().__init__(limit=2)
+        self.spec = gymnasium.envs.registration.EnvSpec("EndsAtStepTwo-v0", entry_point=None, kwargs={"max_steps": 50})
+
+
+def test_an_end_before_the_env_s_own_limit_is_a_termination_even_at_a_shorter_time_limit():
+    adapter = GymnasiumMultiAgentEnv(RegisteredEndsAtStepTwo(), time_limit=2)
+    adapter.reset()
+    adapter.step({"agent_0": 0, "agent_1": 0})
+    _, _, terminated, truncated, _ = adapter.step({"agent_0": 0, "agent_1": 0})
+    assert terminated == {"agent_0": True, "agent_1": True}
+    assert truncated == {"agent_0": False, "agent_1": False}
+
+
+def test_an_env_limited_by_gymnasium_s_time_limit_alone_is_trusted_with_its_terminations():
+    env = RegisteredEndsAtStepTwo()
+    env.spec = gymnasium.envs.registration.EnvSpec("EndsAtStepTwo-v0", entry_point=None, max_episode_steps=2)
+    adapter = GymnasiumMultiAgentEnv(env)
+    assert adapter.time_limit == 2
+    adapter.reset()
+    adapter.step({"agent_0": 0, "agent_1": 0})
+    _, _, terminated, truncated, _ = adapter.step({"agent_0": 0, "agent_1": 0})
+    assert terminated == {"agent_0": True, "agent_1": True}
+    assert truncated == {"agent_0": False, "agent_1": False}

@@ -1,7 +1,12 @@
 """Tracking to TensorBoard, CSV and Weights & Biases; videos of evaluation episodes; callbacks."""
 
 import csv
+import errno
+import os
+import re
+import shutil
 import sys
+import warnings
 
 import pytest
 from helpers import build_mappo
@@ -11,6 +16,7 @@ from toy_envs import CountingEnv
 from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
 from marlparts.trainers.callbacks import Callback, EarlyStopping
+from marlparts.utils.tracking import Tracker
 from marlparts.utils.video import count_frames
 
 
@@ -182,3 +188,56 @@ def test_no_step_is_written_twice(tmp_path):
     for tag, rows in read_scalars(tmp_path / "run").items():
         steps = [step for step, _ in rows]
         assert len(steps) == len(set(steps)), (tag, steps)
+
+
+class DeleteFolderAt(Callback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step(self, trainer, timestep):
+        if timestep == self.step:
+            shutil.rmtree(trainer.agents[0].experiment_dir)
+
+
+def test_a_folder_deleted_during_the_run_is_reported_by_each_log_writer(tmp_path):
+    env = spread()
+    agent = build_mappo(env, rollouts=5, directory=str(tmp_path),
+                        cfg={"experiment": {"experiment_name": "run", "write_interval": 2}})
+    trainer = SequentialTrainer(env=env, agents=agent, callbacks=[DeleteFolderAt(4)],
+                                cfg={"timesteps": 10, "disable_progressbar": True})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    folder = str(tmp_path / "run")
+    assert any(re.search(rf"CSV logging failed.*{re.escape(folder)}/scalars\.csv was deleted", m) for m in messages), messages
+    assert any(re.search(rf"TensorBoard logging failed.*{re.escape(folder)} was deleted", m) for m in messages), messages
+    assert agent.timestep == 10 and agent.tracker.sinks == []
+
+
+def test_a_csv_write_that_finds_the_disk_full_leaves_whole_rows_and_names_the_file(tmp_path, monkeypatch):
+    import marlparts.utils.tracking as tracking
+
+    tracker = tracking.Tracker(str(tmp_path), tensorboard=False)
+    tracker.write_now({"a": 1.0, "b": 2.0}, 1)
+    before = (tmp_path / "scalars.csv").read_bytes()
+
+    def half_then_full(fd, data):
+        os.write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tracking, "write_all", half_then_full)
+    with pytest.warns(RuntimeWarning, match=rf"CSV logging failed.*{re.escape(str(tmp_path / 'scalars.csv'))}.*"
+                                            rf"the disk holding {re.escape(str(tmp_path))} is full"):
+        tracker.write_now({"a": 3.0, "b": 4.0}, 2)
+    assert (tmp_path / "scalars.csv").read_bytes() == before
+    assert tracker.sinks == []
+
+
+def test_a_csv_left_with_an_unfinished_row_is_cut_back_to_its_whole_rows(tmp_path):
+    (tmp_path / "scalars.csv").write_bytes(b"step,tag,value\r\n1,a,1.0\r\n2,Time / acting (ms")
+    with pytest.warns(RuntimeWarning, match="unfinished row"):
+        tracker = Tracker(str(tmp_path), tensorboard=False)
+    tracker.write_now({"a": 3.0}, 3)
+    tracker.close()
+    assert (tmp_path / "scalars.csv").read_bytes() == b"step,tag,value\r\n1,a,1.0\r\n3,a,3.0\r\n"

@@ -1,7 +1,9 @@
 """Several train() calls, and eval() between them, continue one run: env state, counters, folder."""
 
 import os
+import sys
 
+import pytest
 import torch
 from helpers import build_mappo
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -9,6 +11,7 @@ from toy_envs import CountingEnv
 
 from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
+from marlparts.trainers.callbacks import Callback
 from marlparts.utils import set_seed
 
 
@@ -151,3 +154,94 @@ def test_evaluation_on_the_training_env_uses_its_own_seeds_and_training_goes_on_
     lengths.clear()
     trainer.train()
     assert lengths[:5] != first_training[:5], "training restarts the same episodes after an evaluation"
+
+
+def test_the_automatic_intervals_follow_each_train_call(tmp_path):
+    env = counting()
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path),
+                        cfg={"experiment": {"checkpoint_interval": "auto", "write_interval": "auto", "tensorboard": False}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 0, "disable_progressbar": True})
+    trainer.train()
+    trainer.cfg["timesteps"] = 200
+    trainer.train()
+    checkpoints = sorted(os.listdir(os.path.join(agent.experiment_dir, "checkpoints")), key=lambda n: int(n[6:-3]))
+    assert checkpoints == [f"agent_{step}.pt" for step in range(20, 201, 20)]
+    rows = open(os.path.join(agent.experiment_dir, "scalars.csv")).read().splitlines()[1:]
+    assert sorted({int(row.split(",")[0]) for row in rows}) == list(range(2, 201, 2))
+
+
+class InterruptOnUpdate(Callback):
+    def on_update(self, agent, metrics):
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_in_an_update_callback_leaves_the_step_counted(tmp_path):
+    env = counting()
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    callback = InterruptOnUpdate()
+    trainer = SequentialTrainer(env=env, agents=agent, callbacks=[callback], cfg={"timesteps": 10,
+                                                                                  "disable_progressbar": True})
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert agent.timestep == 4  # the fourth step was taken, stored and learned from
+    assert agent.groups[0].memory.memory_index == 0
+    trainer.callbacks.remove(callback)
+    trainer.cfg["timesteps"] = 4
+    updates = []
+    trainer.callbacks.append(type("Count", (Callback,), {"on_update": lambda self, a, m: updates.append(a.timestep)})())
+    trainer.train()
+    assert agent.timestep == 8 and updates == [8]
+
+
+def grad_mode_interrupts(line):
+    """A trace function raising ``KeyboardInterrupt`` at the ``line``-th line of PyTorch's grad-mode switches run
+    while the trainer chooses actions (as a Ctrl-C landing there would), and the count of those lines.
+    """
+    import torch.autograd.grad_mode as grad_mode
+
+    seen = {"lines": 0}
+
+    def local(frame, event, arg):
+        if event == "line":
+            seen["lines"] += 1
+            if seen["lines"] == line:
+                raise KeyboardInterrupt
+        return local
+
+    def acting(frame):
+        while frame is not None:
+            if frame.f_code.co_name == "_act":
+                return True
+            frame = frame.f_back
+        return False
+
+    def calls(frame, event, arg):
+        return local if frame.f_code.co_filename == grad_mode.__file__ and acting(frame) else None
+
+    return calls, seen
+
+
+@pytest.mark.parametrize("call", ["train", "eval"])
+def test_an_interrupt_while_acting_leaves_gradients_on(tmp_path, call):
+    env = counting()
+    agent = build_mappo(env, rollouts=4, directory=str(tmp_path), cfg={"experiment": {"tensorboard": False}})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1, "disable_progressbar": True})
+    run = trainer.train if call == "train" else (lambda: trainer.eval(episodes=1))
+    tracer, seen = grad_mode_interrupts(0)
+    sys.settrace(tracer)
+    run()  # counts the lines
+    sys.settrace(None)
+    assert seen["lines"] > 3
+    for line in range(1, seen["lines"] + 1):
+        tracer, _ = grad_mode_interrupts(line)
+        sys.settrace(tracer)
+        try:
+            run()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        assert torch.is_grad_enabled(), f"gradients off after an interrupt at line {line} of acting"
+    trainer.cfg["timesteps"] = 8
+    trainer.train()  # updates
+    assert agent.timestep >= 8

@@ -31,6 +31,7 @@ from marlparts.utils.distributed import (
     is_distributed,
     is_main_process,
 )
+from marlparts.utils.run_folders import files_written_after, free_folder
 from marlparts.utils.tracking import Tracker
 
 EXPERIMENT_DEFAULTS = {
@@ -240,27 +241,90 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
             raise KeyError(f"{type(model).__name__} is not trained by this algorithm") from None
 
     def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
-        """Prepare the experiment folder and tracking; called by the trainer before training.
+        """Prepare the experiment folder and tracking; called by the trainer before each ``train()``.
 
-        Only the first call does anything: later ``train()`` calls, and a run resumed with
-        :meth:`load`, keep the same folder and writers.
+        The write and checkpoint intervals are set from each call's ``timesteps`` (``"auto"``: a
+        hundredth and a tenth of them). The rest is done by the first call only: later ``train()``
+        calls, and a run resumed with :meth:`load`, keep the same folder and writers.
+
+        A fresh run writes to ``directory/experiment_name`` (a timestamp and the class name when the
+        name is empty); where an earlier run already wrote there, it writes to the first free
+        ``<name>_2``, ``<name>_3``, ... instead, and says so. A run resumed with :meth:`load` goes on
+        in the checkpoint's folder, unless that folder holds checkpoints or videos of later steps: it
+        then branches into ``<folder>_from_<step>`` (see :meth:`resume_folder`).
         """
+        timesteps = int(dict(trainer_cfg or {}).get("timesteps", 0))
+        experiment = self.cfg["experiment"]
+        write_interval, checkpoint_interval = experiment["write_interval"], experiment["checkpoint_interval"]
+        self._write_interval = max(1, timesteps // 100) if write_interval == "auto" else int(write_interval)
+        self._checkpoint_interval = max(1, timesteps // 10) if checkpoint_interval == "auto" else int(checkpoint_interval)
         if self._initialised:
             return
         self._initialised = True
         self._start_distributed()
-        timesteps = int(dict(trainer_cfg or {}).get("timesteps", 0))
+        if not is_main_process():  # under torchrun only rank 0 writes logs, checkpoints and reports
+            self.experiment_dir = self.experiment_dir or self._named_folder()
+            return
+        self.experiment_dir = self._fresh_folder() if self.experiment_dir is None else self._branch_folder()
+        self._open_tracker()
+
+    def _named_folder(self) -> str:
+        """``directory/experiment_name``, or ``directory/<timestamp>_<class name>`` when the name is empty."""
         experiment = self.cfg["experiment"]
-        if self.experiment_dir is None:
-            name = experiment["experiment_name"] or \
-                datetime.datetime.now().strftime(f"%y-%m-%d_%H-%M-%S-%f_{type(self).__name__}")
-            self.experiment_dir = os.path.join(experiment["directory"], name)
-        write_interval = experiment["write_interval"]
-        checkpoint_interval = experiment["checkpoint_interval"]
-        self._write_interval = max(1, timesteps // 100) if write_interval == "auto" else int(write_interval)
-        self._checkpoint_interval = max(1, timesteps // 10) if checkpoint_interval == "auto" else int(checkpoint_interval)
-        if not is_main_process():
-            return  # under torchrun only rank 0 writes logs, checkpoints and reports
+        name = experiment["experiment_name"] or \
+            datetime.datetime.now().strftime(f"%y-%m-%d_%H-%M-%S-%f_{type(self).__name__}")
+        return os.path.join(experiment["directory"], name)
+
+    def _fresh_folder(self) -> str:
+        """The folder of a new run: the named one, or the first free numbered one where a run used it."""
+        named = os.path.normpath(self._named_folder())
+        folder = free_folder(named)
+        if folder != named:
+            warnings.warn(f"{named} holds an earlier run: this run writes to {folder} (to continue the earlier run, "
+                          "load one of its checkpoints first; or choose another experiment_name)", stacklevel=4)
+        return folder
+
+    def _branch_folder(self) -> str:
+        """The experiment folder, or, where it holds files of steps after this run's ``timestep`` (a run
+        resumed from an earlier checkpoint), a new ``<folder>_from_<timestep>`` that keeps them apart.
+        """
+        later = files_written_after(self.experiment_dir, self.timestep)
+        if not later:
+            return self.experiment_dir
+        branch = free_folder(f"{os.path.normpath(self.experiment_dir)}_from_{self.timestep}")
+        shown = ", ".join(later[:4]) + (f" and {len(later) - 4} more" if len(later) > 4 else "")
+        warnings.warn(f"{self.experiment_dir} holds files written after step {self.timestep} ({shown}): this run, "
+                      f"resumed at step {self.timestep}, writes to {branch} so that they are kept", stacklevel=4)
+        return branch
+
+    def resume_folder(self, folder: Optional[str]) -> None:
+        """Where a run goes on writing after a checkpoint of ``folder`` was loaded.
+
+        Before the run started: in ``folder`` if it exists here and the config names no other folder
+        (``experiment_name`` empty or naming it). A run that already writes (its first ``train()`` is
+        over) keeps its folder. Either way, where that folder holds checkpoints or videos of steps after
+        the loaded ``timestep``, the run branches into ``<folder>_from_<timestep>``, with a warning,
+        so that they are never overwritten.
+        """
+        if not self._initialised:
+            named = self.cfg["experiment"]["experiment_name"]
+            if self.experiment_dir is None and folder and os.path.isdir(folder) and \
+                    (not named or os.path.abspath(self._named_folder()) == os.path.abspath(folder)):
+                self.experiment_dir = folder
+            return  # the first train() checks for later files (init)
+        if self.experiment_dir is None or not is_main_process():
+            return
+        branch = self._branch_folder()
+        if branch != self.experiment_dir:
+            self.experiment_dir = branch
+            if self.tracker is not None:
+                self.tracker.close()
+                self.tracker = None
+            self._open_tracker()
+
+    def _open_tracker(self) -> None:
+        """The experiment folder's tracker, with the sinks the config asks for (none: no tracker)."""
+        experiment = self.cfg["experiment"]
         if self.tracker is None and (experiment["tensorboard"] or experiment["csv"] or experiment["wandb"]):
             os.makedirs(self.experiment_dir, exist_ok=True)
             self.tracker = Tracker(self.experiment_dir, tensorboard=experiment["tensorboard"], csv=experiment["csv"],
@@ -317,12 +381,23 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         """Called before each :meth:`act` in training."""
 
     def post_interaction(self, timestep: int, timesteps: int) -> None:
-        """Called after each :meth:`record_transition` in training: counts the step, writes metrics and checkpoints."""
+        """Called after each :meth:`record_transition` in training: counts the step, then runs :meth:`update`
+        where :meth:`update_due` says so, then writes metrics and checkpoints. The step is counted first: it
+        was taken and stored, whatever happens in the update (an error, an interrupt in a callback).
+        """
         self.timestep += 1
+        if self.training and self.update_due():
+            self.update(timestep, timesteps)
         if self.tracker is not None and self.timestep % self._write_interval == 0:
             self.tracker.write(self.timestep)
         if self._checkpoint_interval > 0 and self.timestep % self._checkpoint_interval == 0:
             self.write_checkpoint()
+
+    def update_due(self) -> bool:
+        """Whether :meth:`update` runs at this step (asked by :meth:`post_interaction` in training, after the step
+        is counted); never, unless a subclass says when.
+        """
+        return False
 
     def cut_episodes(self) -> None:
         """The episodes in progress end here without a terminal state (the trainer must reset the env):

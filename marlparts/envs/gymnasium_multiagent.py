@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import gymnasium
 import numpy as np
 
-from marlparts.envs.lbf import is_lbf, lbf_action_masks
+from marlparts.envs.lbf import is_lbf, lbf_action_masks, lbf_food_all_collected
 
 #: The entries of ``env.spec.kwargs`` read as the env's own episode step limit, in this order.
 TIME_LIMIT_KWARGS = ("max_episode_steps", "max_steps")
@@ -50,6 +50,28 @@ def env_time_limit(env: Any) -> Optional[int]:
     limits = [int(spec.max_episode_steps)] if spec.max_episode_steps is not None else []
     limits += [int(value) for key in TIME_LIMIT_KWARGS if (value := (spec.kwargs or {}).get(key)) is not None]
     return min(limits) if limits else None
+
+
+def env_own_limit(env: Any, time_limit: Optional[int]) -> Optional[int]:
+    """The step from which ``env``'s own ``done`` may mean only that its step limit was reached: the smallest
+    ``max_episode_steps`` / ``max_steps`` entry of ``spec.kwargs`` (LBF and RWARE report their limit as ``done``);
+    None where the spec shows no such limit (Gymnasium's ``TimeLimit`` reports a truncation apart, so the env's
+    ``terminated`` is its own); ``time_limit`` for an env without a spec (its limit as given to the adapter).
+    """
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        return time_limit
+    limits = [int(value) for key in TIME_LIMIT_KWARGS if (value := (spec.kwargs or {}).get(key)) is not None]
+    return min(limits) if limits else None
+
+
+def known_episode_finished(env: Any) -> Optional[Callable[[Any], bool]]:
+    """The ``episode_finished`` function of the envs whose own end can be told from the outside (LBF: every food
+    collected); None for the others (RWARE's episodes end only at their step limit).
+    """
+    if is_lbf(env):
+        return lbf_food_all_collected
+    return None
 
 
 def _per_agent_flags(value: Any, count: int, what: str) -> np.ndarray:
@@ -92,9 +114,11 @@ class GymnasiumMultiAgentEnv:
       episode ends when every agent has left.
 
     Time limits: an episode cut at the step limit is *truncated*, not terminated, so that the algorithms
-    bootstrap its last value. Envs such as LBF and RWARE end their episodes at their own limit with
-    ``done`` and ``truncated=False``; here every agent that ends at step ``time_limit`` (or later) is
-    reported truncated, and an episode still running at ``time_limit`` is cut (truncated) after that step.
+    bootstrap its last value. An episode still running at ``time_limit`` is cut (truncated) after that step.
+    Envs such as LBF and RWARE end their episodes at their own limit with ``done`` and ``truncated=False``:
+    from the step of that limit on (:func:`env_own_limit`), a ``done`` is read as a termination only where
+    ``episode_finished(env)`` says the env ended the episode for its own reason (for LBF, out of the box: every
+    food collected), and as a truncation otherwise. A ``done`` before that step is the env's own, a termination.
 
     Action masks, where the env exposes valid actions, go to each agent's infos as ``"action_mask"``
     (which the batched wrapper reads): from ``action_masks(env)`` when given, else from an
@@ -115,12 +139,17 @@ class GymnasiumMultiAgentEnv:
             ``gymnasium.make`` has no spec: pass its limit here.
         action_masks: a function of the env returning one boolean mask per agent (True: allowed), for
             envs that expose valid actions in their own way (LBF's are built in).
+        episode_finished: a function of the env, asked when the env says ``done`` at its own step limit:
+            True where the episode ended for the env's own reason that same step (a task completed), so it is
+            a termination, not a truncation. ``"auto"`` knows LBF (:func:`known_episode_finished`); None, or an
+            env it does not know, reads every such ``done`` as the limit's.
     """
 
     metadata: Dict[str, Any] = {}
 
     def __init__(self, env: Any, *, time_limit: Any = "auto",
-                 action_masks: Optional[Callable[[Any], Sequence[Any]]] = None) -> None:
+                 action_masks: Optional[Callable[[Any], Sequence[Any]]] = None,
+                 episode_finished: Any = "auto") -> None:
         if not is_gymnasium_multi_agent(env):
             raise TypeError(f"{type(env).__name__} is not a Gymnasium multi-agent env: its observation_space and "
                             "action_space must be Tuple spaces with one entry per agent, got "
@@ -135,6 +164,12 @@ class GymnasiumMultiAgentEnv:
         if time_limit is not None and (not isinstance(time_limit, int) or time_limit < 1):
             raise ValueError(f"time_limit must be a positive int, 'auto' or None, got {time_limit!r}")
         self.time_limit: Optional[int] = time_limit
+        self._own_limit = env_own_limit(env, time_limit)
+        if episode_finished == "auto":
+            episode_finished = known_episode_finished(env)
+        if episode_finished is not None and not callable(episode_finished):
+            raise TypeError(f"episode_finished must be a function of the env, 'auto' or None, got {episode_finished!r}")
+        self.episode_finished: Optional[Callable[[Any], bool]] = episode_finished
         self.action_masks = action_masks if action_masks is not None else lbf_action_masks if is_lbf(env) else None
         self.metadata = getattr(env, "metadata", {}) or {}
         self.render_mode = getattr(env, "render_mode", None)
@@ -180,9 +215,11 @@ class GymnasiumMultiAgentEnv:
         self._steps += 1
         terminated = _per_agent_flags(terminated, count, "terminated/done")
         truncated = _per_agent_flags(truncated, count, "truncated")
+        if self._own_limit is not None and self._steps >= self._own_limit and terminated.any() \
+                and not (self.episode_finished is not None and self.episode_finished(self.env)):
+            truncated, terminated = truncated | terminated, np.zeros(count, dtype=bool)  # the env's done: its limit
         if self.time_limit is not None and self._steps >= self.time_limit:  # the limit cuts every agent's episode
-            truncated = np.ones(count, dtype=bool)
-            terminated = np.zeros(count, dtype=bool)
+            truncated = ~terminated
         rewards = np.asarray(rewards, dtype=np.float64).reshape(-1)
         if rewards.size == 1:
             rewards = np.repeat(rewards, count)

@@ -1,4 +1,4 @@
-"""Level-Based Foraging's legal moves, per player, read off the env's public grid and players.
+"""Level-Based Foraging's legal moves, per player, and its own end, read off the env's public grid and players.
 
 LBF (``lbforaging``) turns a move it refuses (into food, a wall or off the grid; loading with no food
 next to the player) into doing nothing. A policy that keeps choosing such a move stands still for
@@ -20,6 +20,11 @@ def is_lbf(env: Any) -> bool:
     """Whether ``env`` (or the env it wraps) is LBF's ``ForagingEnv``."""
     base = getattr(env, "unwrapped", env)
     return type(base).__module__.startswith("lbforaging") and hasattr(base, "field") and hasattr(base, "players")
+
+
+def lbf_food_all_collected(env: Any) -> bool:
+    """Whether a Level-Based Foraging env's episode ended for its own reason: no food is left on its field."""
+    return not getattr(env, "unwrapped", env).field.any()
 
 
 def lbf_action_masks(env: Any) -> np.ndarray:

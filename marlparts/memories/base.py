@@ -5,8 +5,8 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import gymnasium
 import torch
 
+from marlparts.utils.checkpoint_files import load_checkpoint_file, save_checkpoint_file
 from marlparts.utils.devices import same_device
-from marlparts.utils.files import save_atomically
 from marlparts.utils.spaces import flat_size
 
 Size = Union[int, Tuple[int, ...], gymnasium.Space]
@@ -185,12 +185,14 @@ class Memory:
         self.filled = bool(state["filled"])
 
     def save(self, path: str) -> None:
-        """Write the memory to ``path`` atomically (temporary file, then rename)."""
-        save_atomically(self.state_dict(), path)
+        """Write the memory to ``path`` atomically (temporary file, then rename), each tensor with its checksum."""
+        save_checkpoint_file(self.state_dict(), path)
 
     def load(self, path: str) -> None:
-        """Read a memory written by :meth:`save` (tensors only: no code is run)."""
-        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        """Read a memory written by :meth:`save` (tensors only: no code is run); a damaged file raises
+        :class:`~marlparts.utils.checkpoint_files.CorruptCheckpointError` naming it.
+        """
+        self.load_state_dict(load_checkpoint_file(path, map_location=self.device))
 
     def _get(self, name: str) -> torch.Tensor:
         try:

@@ -72,9 +72,10 @@ class SequentialTrainer(Trainer):
 
     def train(self) -> None:
         """Train for ``cfg["timesteps"]`` vectorized steps (fewer if a callback calls :meth:`stop`);
-        metrics are flushed even if a step fails.
+        metrics are flushed, and gradients switched back on, even if a step fails or is interrupted.
         """
         env, steps = self.env, int(self.cfg["timesteps"])
+        grad_enabled = torch.is_grad_enabled()
         for agent in self.agents:
             agent.init(self.cfg)
             agent.set_mode("train")
@@ -127,6 +128,7 @@ class SequentialTrainer(Trainer):
                 if self._stop_requested:
                     break
         finally:
+            torch.set_grad_enabled(grad_enabled)  # an interrupt inside a switch of grad mode may leave it off
             bar.close()
             for agent in self.agents:
                 if agent.tracker is not None:
@@ -281,6 +283,7 @@ class SequentialTrainer(Trainer):
         The pass draws its random numbers from PyTorch generators of its own, seeded from ``seed``: an
         evaluation repeats itself (sampled actions included) and leaves the training's random stream as it was.
         """
+        grad_enabled = torch.is_grad_enabled()
         for agent in self.agents:
             agent.set_mode("eval")
             agent.stochastic_evaluation = sampled
@@ -295,6 +298,7 @@ class SequentialTrainer(Trainer):
                                                                        opponents=seats),
                     episodes, seed=seed, record_video=video)
         finally:
+            torch.set_grad_enabled(grad_enabled)  # an interrupt inside a switch of grad mode may leave it off
             for agent in self.agents:
                 agent.set_mode("train")
                 agent.stochastic_evaluation = False

@@ -7,11 +7,15 @@ corrupts training, and checkpoints are written apart from it.
 
 import collections
 import csv
+import errno
+import io
 import os
 import warnings
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+
+from marlparts.utils.files import describe_write_error, write_all
 
 
 class TensorBoardSink:
@@ -22,10 +26,17 @@ class TensorBoardSink:
     def __init__(self, directory: str) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        self.directory = directory
         self.writer = SummaryWriter(log_dir=directory)
+
+    def _check_folder(self) -> None:
+        if not os.path.isdir(self.directory):
+            raise FileNotFoundError(errno.ENOENT, f"{self.directory} was deleted while the run was writing its "
+                                                  "TensorBoard event file")
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
         """Write ``values`` at ``step``."""
+        self._check_folder()
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
         self.writer.flush()
@@ -36,6 +47,7 @@ class TensorBoardSink:
 
         from marlparts.utils.video import encode_gif
 
+        self._check_folder()
         image = Summary.Image(height=frames.shape[1], width=frames.shape[2], colorspace=3,
                               encoded_image_string=encode_gif(frames, fps))
         self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
@@ -50,6 +62,10 @@ class CsvSink:
     """Every scalar as a ``step,tag,value`` row of ``scalars.csv`` in ``directory``, readable with
     ``pandas.read_csv`` alone (``.pivot(index="step", columns="tag", values="value")`` gives one
     column per tag).
+
+    The rows of a write go to the file in one write, unbuffered. A write that fails (a full disk) is
+    cut back so that the file ends with a whole row, and raises ``OSError`` naming the file; a file
+    deleted or replaced since it was opened (its folder removed) raises ``FileNotFoundError`` naming it.
     """
 
     name = "CSV"
@@ -57,23 +73,71 @@ class CsvSink:
     def __init__(self, directory: str) -> None:
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, "scalars.csv")
-        new = not os.path.exists(self.path)
-        self.file = open(self.path, "a", newline="")
-        self.writer = csv.writer(self.file)
-        if new:
-            self.writer.writerow(["step", "tag", "value"])
+        self.fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        status = os.fstat(self.fd)
+        self._identity = (status.st_dev, status.st_ino)
+        self._drop_partial_row()
+        if os.fstat(self.fd).st_size == 0:
+            self._append([["step", "tag", "value"]])
+
+    def _drop_partial_row(self) -> None:
+        """Cut off a last row that a process killed while writing left unfinished."""
+        size = os.fstat(self.fd).st_size
+        end, chunk = size, 1 << 16
+        with open(self.path, "rb") as file:
+            while end > 0:  # back from the end to the last line break
+                file.seek(max(0, end - chunk))
+                data = file.read(end - max(0, end - chunk))
+                if data.rfind(b"\n") >= 0:
+                    end = max(0, end - chunk) + data.rfind(b"\n") + 1
+                    break
+                end = max(0, end - chunk)
+        if end < size:
+            os.ftruncate(self.fd, end)
+            warnings.warn(f"{self.path} ended in an unfinished row, which is cut off", RuntimeWarning, stacklevel=4)
+
+    def _append(self, rows: List[List[Any]]) -> None:
+        text = io.StringIO()
+        csv.writer(text).writerows(rows)
+        try:
+            self._check_file()
+            size = os.fstat(self.fd).st_size
+            try:
+                write_all(self.fd, text.getvalue().encode())
+            except OSError as error:
+                try:
+                    os.ftruncate(self.fd, size)  # whole rows only: a part of one would spoil the file
+                except OSError:
+                    pass
+                raise OSError(error.errno, f"could not write to {self.path}: {describe_write_error(error, self.path)}") \
+                    from error
+        except OSError:
+            self.close()  # a file that failed once is written no more
+            raise
+
+    def _check_file(self) -> None:
+        """Raise ``FileNotFoundError`` naming the file if it was deleted or replaced since it was opened."""
+        try:
+            status = os.stat(self.path)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, f"{self.path} was deleted while the run was writing it (was the "
+                                                  "experiment folder removed?)") from None
+        if (status.st_dev, status.st_ino) != self._identity:
+            raise FileNotFoundError(errno.ENOENT, f"{self.path} was replaced by another file while the run was "
+                                                  "writing it")
 
     def scalars(self, values: Dict[str, float], step: int) -> None:
-        """Append one row per value."""
-        self.writer.writerows([step, tag, repr(float(value))] for tag, value in values.items())
-        self.file.flush()
+        """Append one row per value, all in one write."""
+        self._append([[step, tag, repr(float(value))] for tag, value in values.items()])
 
     def video(self, tag: str, frames: np.ndarray, fps: float, step: int) -> None:
         """Videos are files of their own; nothing goes to the CSV."""
 
     def close(self) -> None:
-        """Close the file."""
-        self.file.close()
+        """Close the file (once)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class WandbSink:

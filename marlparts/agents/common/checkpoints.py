@@ -9,8 +9,8 @@ from typing import Any, Dict, Mapping, Optional
 import torch
 from torch import nn
 
+from marlparts.utils.checkpoint_files import load_checkpoint_file, save_checkpoint_file
 from marlparts.utils.distributed import is_main_process
-from marlparts.utils.files import save_atomically
 from marlparts.utils.seeding import rng_states, set_rng_states
 
 
@@ -109,6 +109,7 @@ class CheckpointMixin:
         except Exception:
             self._apply_state(backup)
             raise
+        self.resume_folder(state.get("experiment_dir"))
 
     def _apply_state(self, state: Mapping[str, Any]) -> None:
         for name, part in self.checkpoint_parts().items():
@@ -118,27 +119,29 @@ class CheckpointMixin:
         for group in self.groups:  # last: the backup a failed load falls back on does not hold memories
             if group.uids[0] in state.get("memories", {}):
                 group.memory.load_state_dict(state["memories"][group.uids[0]])
-        folder = state.get("experiment_dir")
-        if self.experiment_dir is None and not self.cfg["experiment"]["experiment_name"] and folder \
-                and os.path.isdir(folder):
-            self.experiment_dir = folder  # a resumed run goes on writing where it wrote before
 
     def save(self, path: str) -> None:
-        """Write the algorithm's state to ``path`` atomically: a crash never leaves a half-written file."""
-        save_atomically(self.state_dict(), path)
+        """Write the algorithm's state to ``path`` atomically (a crash never leaves a half-written file), each
+        tensor with its checksum. A write that fails (a full disk) raises ``OSError`` naming the file, and
+        leaves the file that was at ``path`` as it was.
+        """
+        save_checkpoint_file(self.state_dict(), path)
 
     def load(self, path: str) -> None:
         """Load a checkpoint written by :meth:`save` and continue from it.
 
-        Only tensors and plain data are read (``weights_only=True``: no code runs). The
-        checkpoint is checked against this algorithm before anything changes; on a mismatch
-        the error names the part (role and agents) and the tensor. A run resumed this way
-        keeps counting its timesteps and, when ``experiment_name`` is empty and the
-        checkpoint's experiment folder exists here, goes on writing into that folder.
+        Only tensors and plain data are read (``weights_only=True``: no code runs). A file that is
+        truncated, is no checkpoint, or holds a tensor whose bytes changed since it was written raises
+        :class:`~marlparts.utils.checkpoint_files.CorruptCheckpointError` naming the file (and the
+        tensor). The checkpoint is checked against this algorithm before anything changes; on a
+        mismatch the error names the part (role and agents) and the tensor. A run resumed this way
+        keeps counting its timesteps and goes on writing into the checkpoint's experiment folder
+        where it exists here and ``experiment_name`` is empty or names it; a checkpoint of an earlier
+        step than the folder's last branches into a folder of its own (:meth:`resume_folder`).
         """
         # read on the CPU: each part copies into its own tensors on the algorithm's device (generator
         # states must stay on the CPU)
-        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        self.load_state_dict(load_checkpoint_file(path, map_location="cpu"))
 
     def save_checkpoint(self, path: str) -> None:
         """:meth:`save` to ``path`` and tell the callbacks."""

@@ -302,16 +302,14 @@ class OffPolicyMultiAgent(MultiAgent):
             if self.cfg["n_step"] > 1 and len(memory):
                 memory.get_tensor_by_name("episode_continues")[memory.newest_step] = False
 
-    def post_interaction(self, timestep: int, timesteps: int) -> None:
-        """Update every ``update_interval`` stored steps once ``learning_starts`` steps are stored
-        (counted by the agent, not by the trainer's ``timestep``, so several ``train()`` calls continue the count;
-        and held in the memory, so a run resumed from a checkpoint without its replay memory refills it first).
+    def update_due(self) -> bool:
+        """Every ``update_interval`` stored steps once ``learning_starts`` steps are stored (counted by the
+        agent, not by the trainer's ``timestep``, so several ``train()`` calls continue the count; and held in
+        the memory, so a run resumed from a checkpoint without its replay memory refills it first).
         """
         steps, memory = self.recorded_steps, self.groups[0].memory
         stored = len(memory) // memory.num_envs  # a run resumed without its replay refills learning_starts steps
-        if self.training and min(steps, stored) >= self.cfg["learning_starts"] and steps % self.cfg["update_interval"] == 0:
-            self.update(timestep, timesteps)
-        super().post_interaction(timestep, timesteps)
+        return min(steps, stored) >= self.cfg["learning_starts"] and steps % self.cfg["update_interval"] == 0
 
     # ----------------------------------------------------------------------------- update
     def replay_names(self) -> List[str]:

@@ -319,14 +319,12 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                 final_values[step] = torch.where(cut, values, final_values[step])
                 truncated |= cut
 
-    def post_interaction(self, timestep: int, timesteps: int) -> None:
-        """Update once ``rollouts`` steps are stored (counted by the memory, not by the trainer's
-        ``timestep``, so a rollout may span several ``train()`` calls), then write metrics and checkpoints.
+    def update_due(self) -> bool:
+        """Once ``rollouts`` steps are stored (counted by the memory, not by the trainer's ``timestep``,
+        so a rollout may span several ``train()`` calls).
         """
         memory = self.groups[0].memory  # every group's memory takes its steps together
-        if self.training and memory.filled and memory.memory_index == 0:  # the last step just went in
-            self.update(timestep, timesteps)
-        super().post_interaction(timestep, timesteps)
+        return memory.filled and memory.memory_index == 0  # the last step just went in
 
     def _check_batch(self, group: AgentGroup, observations: torch.Tensor) -> None:
         if observations.shape[0] != group.memory.num_envs:
