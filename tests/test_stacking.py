@@ -6,7 +6,7 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from helpers import Policy, Value, build_mappo
+from helpers import Policy, Value, assert_same_state, build_mappo, drive_synthetic, greedy_sampling
 from mpe2 import simple_spread_v3
 
 from marlparts.envs import wrap_env
@@ -117,33 +117,6 @@ def test_agents_with_different_settings_are_not_stacked(tmp_path):
     assert [record.learning_rate() for record in agent.trained] == [1e-3, 1e-3, 5e-4, 5e-4]
 
 
-def greedy_sampling(monkeypatch):
-    """Categorical policies take their most likely action, so two runs that sample differently act alike."""
-    monkeypatch.setattr(torch, "multinomial", lambda probs, samples: probs.argmax(-1, keepdim=True))
-
-
-def assert_same_state(first, second, atol=1e-5):
-    a, b = first.state_dict()["modules"], second.state_dict()["modules"]
-    assert sorted(a) == sorted(b)
-
-    def compare(x, y, where):
-        if isinstance(x, torch.Tensor):
-            assert torch.allclose(x.double(), y.double(), atol=atol, rtol=1e-4), where
-        elif isinstance(x, dict):
-            assert sorted(x, key=str) == sorted(y, key=str), where
-            for key in x:
-                compare(x[key], y[key], f"{where}/{key}")
-        elif isinstance(x, (list, tuple)):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y)):
-                compare(u, v, f"{where}/{i}")
-        else:
-            assert x == y, where
-
-    for name in a:
-        compare(a[name], b[name], name)
-
-
 @pytest.mark.parametrize("algorithm, critic_mode", [("mappo", "outputs"), ("mappo", "one_hot"), ("ippo", None)])
 def test_stacked_training_is_the_training_of_separate_models(tmp_path, monkeypatch, algorithm, critic_mode):
     """Same start, same data: the stacked run ends with the separate run's parameters, optimizer states,
@@ -246,28 +219,8 @@ def synthetic_pair(make_models, tmp_path, cfg=None, rollouts=4):
 
 
 def drive(agent, steps, active=None):
-    """``steps`` synthetic transitions, the same for every agent driven with the same arguments."""
-    generator = torch.Generator().manual_seed(123)
-    agent.init({"timesteps": steps})
-    agent.set_mode("train")
-
-    def draw():
-        return {u: torch.randn(2, 4, generator=generator) for u in UIDS}, torch.randn(2, 6, generator=generator)
-
-    observations, states = draw()
-    infos = {} if active is None else {"active": active(0)}
-    for t in range(steps):
-        actions = agent.act(observations, states, infos, t, steps)
-        next_observations, next_states = draw()
-        next_infos = {} if active is None else {"active": active(t + 1)}
-        agent.record_transition(observations=observations, states=states, actions=actions,
-                                rewards={u: torch.randn(2, 1, generator=generator) for u in UIDS},
-                                next_observations=next_observations, next_states=next_states,
-                                terminated={u: torch.rand(2, 1, generator=generator) < 0.1 for u in UIDS},
-                                truncated={u: torch.zeros(2, 1, dtype=torch.bool) for u in UIDS},
-                                infos=next_infos, timestep=t, timesteps=steps)
-        agent.post_interaction(t, steps)
-        observations, states, infos = next_observations, next_states, next_infos
+    """``steps`` synthetic transitions of the test's agents (4-feature observations, a 6-feature state)."""
+    drive_synthetic(agent, steps, UIDS, active=active)
 
 
 def own_models():
