@@ -226,6 +226,7 @@ class COMA(MultiAgentPPO):
         """COMA update on the rollout just collected (see the class documentation for the three steps)."""
         self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
+        self.plan_steps()
         critics = [self.groups[0].trained["value"]]
         policies = list({id(group.trained["policy"]): group.trained["policy"] for group in self.groups}.values())
         critic_losses = []
