@@ -75,3 +75,58 @@ def greedy_return_after_training(env, agent, budget, episodes=100):
     result = trainer.eval(episodes=episodes)
     env.close()
     return result["mean_return"]
+
+
+def greedy_sampling(monkeypatch):
+    """Categorical policies take their most likely action, so two runs that sample differently act alike."""
+    monkeypatch.setattr(torch, "multinomial", lambda probs, samples: probs.argmax(-1, keepdim=True))
+
+
+def assert_same_state(first, second, atol=1e-5, rtol=1e-4):
+    """The checkpoints of two algorithms hold the same parts, with tensors equal within ``atol``."""
+    a, b = first.state_dict()["modules"], second.state_dict()["modules"]
+    assert sorted(a) == sorted(b)
+
+    def compare(x, y, where):
+        if isinstance(x, torch.Tensor):
+            assert torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol), where
+        elif isinstance(x, dict):
+            assert sorted(x, key=str) == sorted(y, key=str), where
+            for key in x:
+                compare(x[key], y[key], f"{where}/{key}")
+        elif isinstance(x, (list, tuple)):
+            assert len(x) == len(y), where
+            for i, (u, v) in enumerate(zip(x, y)):
+                compare(u, v, f"{where}/{i}")
+        else:
+            assert x == y, where
+
+    for name in a:
+        compare(a[name], b[name], name)
+
+
+def drive_synthetic(agent, steps, uids, *, active=None, observation_size=4, state_size=6):
+    """``steps`` synthetic transitions (2 env copies), the same for every agent driven with the same arguments;
+    ``active(t)`` gives ``infos["active"]`` at step ``t``."""
+    generator = torch.Generator().manual_seed(123)
+    agent.init({"timesteps": steps})
+    agent.set_mode("train")
+
+    def draw():
+        return ({u: torch.randn(2, observation_size, generator=generator) for u in uids},
+                torch.randn(2, state_size, generator=generator))
+
+    observations, states = draw()
+    infos = {} if active is None else {"active": active(0)}
+    for t in range(steps):
+        actions = agent.act(observations, states, infos, t, steps)
+        next_observations, next_states = draw()
+        next_infos = {} if active is None else {"active": active(t + 1)}
+        agent.record_transition(observations=observations, states=states, actions=actions,
+                                rewards={u: torch.randn(2, 1, generator=generator) for u in uids},
+                                next_observations=next_observations, next_states=next_states,
+                                terminated={u: torch.rand(2, 1, generator=generator) < 0.1 for u in uids},
+                                truncated={u: torch.zeros(2, 1, dtype=torch.bool) for u in uids},
+                                infos=next_infos, timestep=t, timesteps=steps)
+        agent.post_interaction(t, steps)
+        observations, states, infos = next_observations, next_states, next_infos

@@ -1,13 +1,15 @@
 """COMA: a centralised critic of every own action, advantages against the counterfactual baseline."""
 
+import copy
+
 import gymnasium
 import pytest
 import torch
-from helpers import Policy, Value
+from helpers import Policy, Value, assert_same_state, box, drive_synthetic, greedy_sampling
 from mpe2 import simple_spread_v3
 from toy_envs import CountingEnv
 
-from marlparts.agents import COMA, COMA_DEFAULT_CONFIG
+from marlparts.agents import COMA, COMA_DEFAULT_CONFIG, MFAC
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
 from marlparts.resources import KLAdaptiveLR
@@ -233,3 +235,48 @@ def test_a_truncated_episode_s_end_is_valued_with_the_action_masks_of_its_final_
 def test_a_kl_adaptive_learning_rate_is_refused_since_coma_measures_no_kl(tmp_path):
     with pytest.raises(ValueError, match="KLAdaptiveLR"):
         build(spread_env(), str(tmp_path), cfg={"learning_rate_scheduler": KLAdaptiveLR})
+
+
+# ----------------------------------------------------------------------------- stacked policies, synthetic runs
+SYNTHETIC_AGENTS = ["a0", "a1", "a2"]
+
+
+def synthetic_pair(tmp_path, algorithm=COMA, cfg=None):
+    """A COMA (or MFAC) with the agents' own policies stacked and one with them separate, from the same models
+    (4-feature observations, 3 actions, a 6-feature state, 2 env copies, one shared critic)."""
+    discrete = gymnasium.spaces.Discrete(3)
+    critic_inputs = 4 + 3 if algorithm is MFAC else 6 + 3 * 3 + 3
+    set_seed(0)
+    critic = Value(observation_space=box(critic_inputs), output_size=3)
+    models = {u: {"policy": Policy(observation_space=box(4), action_space=discrete), "value": critic}
+              for u in SYNTHETIC_AGENTS}
+    agents = []
+    for stack_models, copied in ((True, models), (False, copy.deepcopy(models))):
+        config = algorithm.DEFAULT_CONFIG.copy()
+        config.update({"rollouts": 4, "learning_epochs": 2, "mini_batches": 2, "stack_models": stack_models,
+                       **(cfg or {})})
+        config["experiment"].update(directory=str(tmp_path), checkpoint_interval=0, tensorboard=False, csv=False)
+        agents.append(algorithm(possible_agents=SYNTHETIC_AGENTS, models=copied, cfg=config,
+                                memories={u: RandomMemory(memory_size=4, num_envs=2) for u in SYNTHETIC_AGENTS},
+                                observation_spaces={u: box(4) for u in SYNTHETIC_AGENTS},
+                                action_spaces={u: discrete for u in SYNTHETIC_AGENTS},
+                                state_spaces={u: box(6) for u in SYNTHETIC_AGENTS}))
+    return agents
+
+
+@pytest.mark.parametrize("algorithm", ["COMA", "MFAC"])
+def test_stacked_policies_train_the_shared_critic_as_separate_ones_with_agents_active_on_different_steps(
+        tmp_path, monkeypatch, algorithm):
+    """a1 leaves one copy after 2 steps, a2 both after 1: each agent's critic loss is its own mean, as if alone."""
+    greedy_sampling(monkeypatch)
+
+    def active(t):
+        return {"a0": torch.ones(2, 1, dtype=torch.bool), "a1": torch.tensor([[True], [t < 2]]),
+                "a2": torch.full((2, 1), t < 1)}
+
+    stacked, separate = synthetic_pair(tmp_path, {"COMA": COMA, "MFAC": MFAC}[algorithm])
+    assert len(stacked.groups) == 1 and stacked.groups[0].model_sets == 3 and len(separate.groups) == 3
+    for agent in (stacked, separate):
+        set_seed(1)
+        drive_synthetic(agent, 4, SYNTHETIC_AGENTS, active=active)
+    assert_same_state(stacked, separate, atol=1e-6, rtol=1e-6)

@@ -1,5 +1,6 @@
 """Recurrent MAPPO and IPPO: hidden states through collection and chunked updates, a memory task."""
 
+import gymnasium
 import pytest
 import torch
 from helpers import Policy, Value
@@ -102,8 +103,12 @@ def test_the_update_replays_each_chunk_from_its_stored_hidden_states(algorithm, 
     starts = memory.get_tensor_by_name("starts")
     steps = memory.get_tensor_by_name("observations")[..., 0]  # CountingEnv's step counter
     assert torch.equal(starts[:, :, 0], steps[:, :, 0] == 0)  # agent_0 starts afresh where its episode starts
-    assert starts[:, :, 1][steps[:, :, 0] >= 3].all()  # agent_1 has left: its state stays at zero
-    assert (memory.get_tensor_by_name("policy_hidden")[starts] == 0).all()
+    # agent_1 left at step 3: its state starts afresh once its episode has ended, is held while it is gone
+    clock = steps[:, :, 0]  # agent_0's counter (agent_1's observations are zeros once it has left)
+    assert torch.equal(starts[:, :, 1], (clock == 0) | (clock == 3))
+    assert torch.equal(memory.get_tensor_by_name("waiting")[:, :, 1], clock >= 3)
+    policy_hidden = memory.get_tensor_by_name("policy_hidden")
+    assert (policy_hidden[starts] == 0).all() and (policy_hidden[:, :, 1][clock >= 3] == 0).all()
     assert abs(losses[0]["kl"].item()) < 1e-6, "the replayed chunks give the stored log-probabilities"
     # the critic's predictions at the first minibatch equal the stored old values (unclipped value loss)
     assert losses[0]["value"].item() == pytest.approx(_unclipped_value_loss(agent), rel=1e-4)
@@ -223,3 +228,61 @@ def test_a_critic_of_the_global_state_starts_afresh_with_the_episode_whatever_th
     assert torch.equal(first.get_tensor_by_name("value_hidden"), third.get_tensor_by_name("value_hidden"))
     assert not second.get_tensor_by_name("active")[4].any()  # row 4: mid-episode, agent_1 has left
     assert (second.get_tensor_by_name("value_hidden")[4] != 0).all()
+
+
+# ----------------------------------------------------------------------------- turn-based play
+TURNS = ["p0", "p1"]
+
+
+def turns_played(first_observation, steps=5):
+    """RecurrentIPPO (one recurrent policy of p0 and p1, per-agent recurrent critics) on ``steps`` synthetic steps of
+    one env copy where p0 moves at even steps and p1 at odd ones; p0's observation at step 0 is ``first_observation``,
+    every other observation the same from run to run. Returns the algorithm, its training untouched."""
+    from helpers import box
+
+    set_seed(0)
+    space, actions = box(3), gymnasium.spaces.Discrete(2)
+    policy = RecurrentPolicy(observation_space=space, action_space=actions)
+    cfg = RecurrentIPPO.DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=8, sequence_length=4, learning_epochs=1, mini_batches=1)
+    cfg["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
+    agent = RecurrentIPPO(possible_agents=TURNS, cfg=cfg,
+                          models={u: {"policy": policy, "value": RecurrentValue(observation_space=space)} for u in TURNS},
+                          memories={u: RandomMemory(memory_size=8, num_envs=1) for u in TURNS},
+                          observation_spaces={u: space for u in TURNS}, action_spaces={u: actions for u in TURNS})
+    agent.update = lambda *args: None
+    agent.init({"timesteps": steps})
+    generator = torch.Generator().manual_seed(7)
+    observations = [{u: torch.randn(1, 3, generator=generator) for u in TURNS} for _ in range(steps + 1)]
+    observations[0]["p0"] = first_observation
+
+    def infos(t):
+        return {"active": {"p0": torch.tensor([[t % 2 == 0]]), "p1": torch.tensor([[t % 2 == 1]])}}
+
+    for t in range(steps):
+        actions_taken = agent.act(observations[t], None, infos(t), t, steps)
+        agent.record_transition(observations=observations[t], states=None, actions=actions_taken,
+                                rewards={u: torch.zeros(1, 1) for u in TURNS}, next_observations=observations[t + 1],
+                                next_states=None, terminated={u: torch.zeros(1, 1, dtype=torch.bool) for u in TURNS},
+                                truncated={u: torch.zeros(1, 1, dtype=torch.bool) for u in TURNS}, infos=infos(t + 1),
+                                timestep=t, timesteps=steps)
+    return agent
+
+
+def test_a_turn_based_agent_carries_its_hidden_state_from_one_of_its_turns_to_the_next():
+    """p0 moves at steps 0, 2 and 4: what it reads at its third turn depends on what it saw at its first, and at each
+    turn it reads the state its own previous turn left (not one reset, or advanced on the observations of its waits)."""
+    runs = [turns_played(torch.zeros(1, 3)), turns_played(torch.full((1, 3), 3.0))]
+    read = [agent.groups[0].memory.get_tensor_by_name("policy_hidden")[:, 0, 0] for agent in runs]  # p0's, per step
+    assert not torch.allclose(read[0][4], read[1][4], atol=1e-4)
+    agent = runs[1]
+    memory, policy = agent.groups[0].memory, agent.groups[0].models["policy"]
+    observations = memory.get_tensor_by_name("observations")[:, 0, 0]
+    with torch.no_grad():
+        for turn in (0, 2):  # the state p0's turn returned is what it reads at its next one
+            _, _, outputs = policy.act({"observations": observations[turn:turn + 1], "hidden": read[1][turn:turn + 1]})
+            assert torch.allclose(read[1][turn + 2], outputs["hidden"][0], atol=1e-6)
+    assert not memory.get_tensor_by_name("starts")[1:].any()  # the episode started once, at step 0
+    # p0's own critic row keeps its state across p1's turns too
+    values = memory.get_tensor_by_name("value_hidden")[:, 0, 0]
+    assert torch.equal(values[1], values[2]) and torch.equal(values[3], values[4])

@@ -6,7 +6,7 @@ import gymnasium
 import numpy as np
 import pytest
 import torch
-from helpers import Policy, Value, build_mappo
+from helpers import Policy, Value, assert_same_state, build_mappo, drive_synthetic, greedy_sampling
 from mpe2 import simple_spread_v3
 
 from marlparts.envs import wrap_env
@@ -117,33 +117,6 @@ def test_agents_with_different_settings_are_not_stacked(tmp_path):
     assert [record.learning_rate() for record in agent.trained] == [1e-3, 1e-3, 5e-4, 5e-4]
 
 
-def greedy_sampling(monkeypatch):
-    """Categorical policies take their most likely action, so two runs that sample differently act alike."""
-    monkeypatch.setattr(torch, "multinomial", lambda probs, samples: probs.argmax(-1, keepdim=True))
-
-
-def assert_same_state(first, second, atol=1e-5):
-    a, b = first.state_dict()["modules"], second.state_dict()["modules"]
-    assert sorted(a) == sorted(b)
-
-    def compare(x, y, where):
-        if isinstance(x, torch.Tensor):
-            assert torch.allclose(x.double(), y.double(), atol=atol, rtol=1e-4), where
-        elif isinstance(x, dict):
-            assert sorted(x, key=str) == sorted(y, key=str), where
-            for key in x:
-                compare(x[key], y[key], f"{where}/{key}")
-        elif isinstance(x, (list, tuple)):
-            assert len(x) == len(y), where
-            for i, (u, v) in enumerate(zip(x, y)):
-                compare(u, v, f"{where}/{i}")
-        else:
-            assert x == y, where
-
-    for name in a:
-        compare(a[name], b[name], name)
-
-
 @pytest.mark.parametrize("algorithm, critic_mode", [("mappo", "outputs"), ("mappo", "one_hot"), ("ippo", None)])
 def test_stacked_training_is_the_training_of_separate_models(tmp_path, monkeypatch, algorithm, critic_mode):
     """Same start, same data: the stacked run ends with the separate run's parameters, optimizer states,
@@ -172,6 +145,7 @@ def test_stacked_training_is_the_training_of_separate_models(tmp_path, monkeypat
         SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 12, "disable_progressbar": True}).train()
     assert stacked.timestep == 12
     assert_same_state(stacked, separate)
+    assert all(record.member_state.uniform for record in stacked.trained)  # every member stepped: one step each time
     # and back: the separate run's checkpoint loads into the stack, which then acts as the separate models
     stacked.load_state_dict(separate.state_dict())
     obs, infos = runs[True][1].reset()
@@ -246,28 +220,8 @@ def synthetic_pair(make_models, tmp_path, cfg=None, rollouts=4):
 
 
 def drive(agent, steps, active=None):
-    """``steps`` synthetic transitions, the same for every agent driven with the same arguments."""
-    generator = torch.Generator().manual_seed(123)
-    agent.init({"timesteps": steps})
-    agent.set_mode("train")
-
-    def draw():
-        return {u: torch.randn(2, 4, generator=generator) for u in UIDS}, torch.randn(2, 6, generator=generator)
-
-    observations, states = draw()
-    infos = {} if active is None else {"active": active(0)}
-    for t in range(steps):
-        actions = agent.act(observations, states, infos, t, steps)
-        next_observations, next_states = draw()
-        next_infos = {} if active is None else {"active": active(t + 1)}
-        agent.record_transition(observations=observations, states=states, actions=actions,
-                                rewards={u: torch.randn(2, 1, generator=generator) for u in UIDS},
-                                next_observations=next_observations, next_states=next_states,
-                                terminated={u: torch.rand(2, 1, generator=generator) < 0.1 for u in UIDS},
-                                truncated={u: torch.zeros(2, 1, dtype=torch.bool) for u in UIDS},
-                                infos=next_infos, timestep=t, timesteps=steps)
-        agent.post_interaction(t, steps)
-        observations, states, infos = next_observations, next_states, next_infos
+    """``steps`` synthetic transitions of the test's agents (4-feature observations, a 6-feature state)."""
+    drive_synthetic(agent, steps, UIDS, active=active)
 
 
 def own_models():
@@ -391,3 +345,157 @@ def test_a_stack_follows_the_training_mode_and_keeps_non_persistent_buffers_out_
     stacked.set_mode("eval")
     assert not stack.batched.dropout.training
     assert "offset" not in stacked.state_dict()["modules"]["policy[a0]"]
+
+
+# ----------------------------------------------------------------------------- optimizers, and members that sat out
+def test_an_optimizer_that_is_not_element_wise_leaves_the_models_separate(tmp_path, monkeypatch):
+    """Adafactor scales each step by the RMS of the whole tensor and factors its second moment over rows and
+    columns: one step on the stacked tensor is not each member's own step, so the models are not stacked."""
+    greedy_sampling(monkeypatch)
+    cfg = {"optimizer": torch.optim.Adafactor, "learning_rate": 1e-2, "learning_epochs": 2, "mini_batches": 2}
+    warning = r"torch.optim.Adafactor is not one whose step is known to be element-wise.*stack_models'\] = False"
+    with pytest.warns(UserWarning, match=warning):
+        stacked, separate = synthetic_pair(own_models, tmp_path, cfg)
+    assert len(stacked.groups) == 3 and all(group.model_sets == 1 for group in stacked.groups)
+    for agent in (stacked, separate):
+        set_seed(1)
+        drive(agent, 8)
+    assert_same_state(stacked, separate, atol=1e-6, rtol=1e-6)
+
+
+ELEMENT_WISE = [
+    (torch.optim.Adam, {"fused": True}), (torch.optim.Adam, {"amsgrad": True, "weight_decay": 0.1}),
+    (torch.optim.AdamW, {"weight_decay": 0.1}), (torch.optim.Adamax, {"weight_decay": 0.1}),
+    (torch.optim.NAdam, {"momentum_decay": 0.01}), (torch.optim.RAdam, {"decoupled_weight_decay": True}),
+    (torch.optim.SGD, {"momentum": 0.9, "dampening": 0.5, "weight_decay": 0.1}),
+    (torch.optim.SGD, {"momentum": 0.9, "nesterov": True}), (torch.optim.RMSprop, {"centered": True, "momentum": 0.5}),
+    (torch.optim.Adagrad, {"lr_decay": 0.1, "initial_accumulator_value": 0.5}), (torch.optim.Adadelta, {}),
+    (torch.optim.Rprop, {}), (torch.optim.ASGD, {"t0": 2}),
+]
+
+
+@pytest.mark.parametrize("optimizer, options", ELEMENT_WISE, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_element_wise_optimizers_train_a_stack_as_separate_models_with_members_that_sit_out(
+        tmp_path, monkeypatch, optimizer, options):
+    """a2 sits out the first rollout and a1 the second: neither takes a step there (parameters, moments, step
+    counts), and the stack goes on exactly as the separate models, whose step counts now differ."""
+    greedy_sampling(monkeypatch)
+
+    def active(t):
+        return {"a0": torch.ones(2, 1, dtype=torch.bool), "a1": torch.full((2, 1), t < 4 or t >= 8),
+                "a2": torch.tensor([[t >= 4], [t >= 5]])}
+
+    cfg = {"optimizer": optimizer, "optimizer_kwargs": options, "learning_rate": 1e-2, "learning_epochs": 2,
+           "mini_batches": 2}
+    stacked, separate = synthetic_pair(own_models, tmp_path, cfg)
+    assert len(stacked.groups) == 1
+    for agent in (stacked, separate):
+        set_seed(1)
+        drive(agent, 12, active)
+    # centred RMSprop divides by sqrt(E[g²] - E[g]²): the rounding of the batched products (1e-7) grows to 1e-6
+    # there, with every member active as well
+    tolerance = 1e-5 if options.get("centered") else 1e-6
+    assert_same_state(stacked, separate, atol=tolerance, rtol=1e-5)
+    steps = [stacked.state_dict()["modules"][f"optimizer:policy[{u}]"]["state"] for u in UIDS]
+    if "step" in steps[0].get(0, {}):  # 3 updates of 4 minibatches for a0, 2 for a1 and a2
+        assert [float(state[0]["step"]) for state in steps] == [12.0, 8.0, 8.0]
+    # the separate models' checkpoint, whose step counts differ, loads into a new stack, which trains on as they do
+    loaded, _ = synthetic_pair(own_models, tmp_path, cfg)
+    loaded.load_state_dict(separate.state_dict())
+    for agent in (loaded, separate):
+        set_seed(2)
+        drive(agent, 4)
+    assert_same_state(loaded, separate, atol=tolerance, rtol=1e-5)
+
+
+def synthetic_algorithm(name, tmp_path, *, stack_models):
+    """MAPPO, IPPO, COMA, MFAC or VDAC over the test's agents, each with a policy of its own (critics of their own
+    where the algorithm has them)."""
+    from marlparts.agents import COMA, IPPO, MAPPO, MFAC, VDAC
+
+    algorithm = {"MAPPO": MAPPO, "IPPO": IPPO, "COMA": COMA, "MFAC": MFAC, "VDAC": VDAC}[name]
+    discrete = gymnasium.spaces.Discrete(3)
+    set_seed(0)
+    shared_critic = {"COMA": Value(observation_space=box(6 + 3 * 3 + 3), output_size=3),
+                     "MFAC": Value(observation_space=box(4 + 3), output_size=3)}.get(name)
+
+    def critic():
+        if shared_critic is not None:
+            return shared_critic
+        return Value(observation_space=box(6), output_size=3) if name == "MAPPO" else Value(observation_space=box(4))
+
+    models = {u: {"policy": Policy(observation_space=box(4), action_space=discrete), "value": critic()} for u in UIDS}
+    cfg = algorithm.DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=4, learning_epochs=2, mini_batches=2, learning_rate=1e-2, stack_models=stack_models)
+    cfg["experiment"].update(directory=str(tmp_path), checkpoint_interval=0, tensorboard=False, csv=False)
+    return algorithm(possible_agents=UIDS, models=models, cfg=cfg,
+                     memories={u: RandomMemory(memory_size=4, num_envs=2) for u in UIDS},
+                     observation_spaces={u: box(4) for u in UIDS}, action_spaces={u: discrete for u in UIDS},
+                     state_spaces={u: box(6) for u in UIDS})
+
+
+@pytest.mark.parametrize("stack_models", [True, False], ids=["stacked", "separate"])
+@pytest.mark.parametrize("name", ["MAPPO", "IPPO", "COMA", "MFAC", "VDAC"])
+def test_a_model_whose_agent_sat_out_the_rollout_takes_no_step(tmp_path, monkeypatch, name, stack_models):
+    """a2 acts in the first rollout (its optimizer has momentum), in none of the second: its models, their optimizer
+    states and statistics are as they were, while the others train."""
+    greedy_sampling(monkeypatch)
+    agent = synthetic_algorithm(name, tmp_path, stack_models=stack_models)
+    assert (len(agent.groups) == 1) == stack_models
+    drive(agent, 4)
+    before = copy.deepcopy(agent.state_dict()["modules"])
+    drive(agent, 4, lambda t: {"a0": torch.ones(2, 1, dtype=torch.bool), "a1": torch.ones(2, 1, dtype=torch.bool),
+                               "a2": torch.zeros(2, 1, dtype=torch.bool)})
+    after = agent.state_dict()["modules"]
+    own = [part for part in before if part.endswith("[a2]")]
+    assert any(part.startswith("optimizer:policy") for part in own)
+    for part in own:
+        assert_same_part(before[part], after[part], part)
+    assert not torch.equal(before["policy[a0]"]["net.0.weight"], after["policy[a0]"]["net.0.weight"])
+
+
+def assert_same_part(first, second, where):
+    """Two checkpoint parts (state dicts, nested) hold equal values."""
+    if isinstance(first, torch.Tensor):
+        assert torch.equal(first, second), where
+    elif isinstance(first, dict):
+        assert sorted(first, key=str) == sorted(second, key=str), where
+        for key in first:
+            assert_same_part(first[key], second[key], f"{where}/{key}")
+    elif isinstance(first, (list, tuple)):
+        assert len(first) == len(second), where
+        for index, (x, y) in enumerate(zip(first, second)):
+            assert_same_part(x, y, f"{where}/{index}")
+    else:
+        assert first == second, where
+
+
+def test_with_a_gradient_scaler_a_stack_steps_its_members_as_separate_models_and_skips_non_finite_steps(
+        tmp_path, monkeypatch):
+    """Mixed precision's gradient scaler (on the CPU here): a member that sits out takes no step, the others step
+    as separate models do, and a step on non-finite gradients is skipped for every member."""
+    import contextlib
+
+    greedy_sampling(monkeypatch)
+
+    def active(t):
+        return {"a0": torch.ones(2, 1, dtype=torch.bool), "a1": torch.ones(2, 1, dtype=torch.bool),
+                "a2": torch.full((2, 1), t < 4)}
+
+    stacked, separate = synthetic_pair(own_models, tmp_path, {"learning_epochs": 2, "mini_batches": 2})
+    for agent in (stacked, separate):
+        agent._grad_scaler = torch.amp.GradScaler("cpu")
+        monkeypatch.setattr(agent, "autocast", contextlib.nullcontext)
+        set_seed(1)
+        drive(agent, 8, active)
+    assert_same_state(stacked, separate, atol=1e-6, rtol=1e-6)
+    record = stacked.groups[0].trained["policy"]
+    assert record.stepping_members.tolist() == [True, True, False] and not record.member_state.uniform
+    before = copy.deepcopy(stacked.state_dict()["modules"])
+    scale = stacked._grad_scaler.get_scale()
+    stacked.optimize([record], sum(parameter.sum() for parameter in record.model.parameters()) * float("inf"))
+    assert stacked._grad_scaler.get_scale() == scale / 2
+    after = stacked.state_dict()["modules"]
+    for part in before:
+        if part.startswith(("policy", "optimizer:policy")):
+            assert_same_part(before[part], after[part], part)

@@ -8,6 +8,7 @@ from pettingzoo.classic import tictactoe_v3
 from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
 from marlparts.trainers.opponents import RandomPolicy
+from marlparts.utils import set_seed
 from tests.helpers import build_mappo, parameters_vector
 from tests.test_maddpg import build as build_maddpg
 from tests.toy_envs import CallAndAnswerEnv
@@ -247,13 +248,28 @@ def test_an_algorithm_playing_a_seat_in_an_evaluation_is_left_as_it_was(tmp_path
     env.close()
 
 
-def test_recurrent_models_are_refused_on_a_turn_based_env(tmp_path):
+def test_recurrent_models_train_on_a_turn_based_env_each_player_s_state_held_while_the_other_moves(tmp_path):
+    from test_recurrent import _unclipped_value_loss
     from test_recurrent import build as build_recurrent
 
-    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=2)
-    agent = build_recurrent(env, algorithm="ippo", recurrent_critic=False)
-    with pytest.raises(ValueError, match="IPPO has recurrent models, which cannot train on a turn-based env"):
-        SequentialTrainer(env=env, agents=agent)
+    set_seed(0)
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=2, seed=0)
+    agent = build_recurrent(env, algorithm="ippo", rollouts=8, cfg={"learning_epochs": 1, "mini_batches": 1})
+    losses = []
+    original = agent.group_losses
+    agent.group_losses = lambda group, chunks: losses.append(original(group, chunks)) or losses[-1]
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "disable_progressbar": True}).train()
+    memory = agent.groups[0].memory
+    waiting, starts = memory.get_tensor_by_name("waiting"), memory.get_tensor_by_name("starts")
+    assert torch.equal(waiting.sum(-1), torch.ones(8, 2, dtype=torch.long))  # one player waits at every move
+    for name in ("policy_hidden", "value_hidden"):  # (steps, copies, players, hidden): each player's own state
+        hidden = memory.get_tensor_by_name(name)
+        held = waiting[:-1] & ~starts[1:]  # a player that waited at a step, in a game that goes on
+        assert held.any() and torch.equal(hidden[1:][held], hidden[:-1][held]), name
+        assert (hidden[1:][~starts[1:]] != 0).any(), name
+    assert abs(losses[0]["kl"].item()) < 1e-6, "the replayed chunks give the stored log-probabilities"
+    assert losses[0]["value"].item() == pytest.approx(_unclipped_value_loss(agent), rel=1e-4)
+    env.close()
 
 
 def test_an_aec_env_whose_agents_act_together_is_stepped_as_a_parallel_env():

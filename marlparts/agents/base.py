@@ -220,7 +220,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         optimizer_class = self.cfg.get("optimizer") or torch.optim.Adam
         optimizer = optimizer_class(model.parameters(), lr=rate, **self.cfg.get("optimizer_kwargs", {}))
         # a stack's record names each member as without stacking (checkpoints, logs)
-        stacked = {"member_names": [self.model_name(m) for m in model.members]} if isinstance(model, StackedModels) else {}
+        stacked = {"member_names": [self.model_name(m) for m in model.members],
+                   "member_owners": [self.owners(m, role) for m in model.members]} if isinstance(model, StackedModels) else {}
         record = (StackedTrainedModel if stacked else TrainedModel)(
             name=self.model_name(model), role=role, model=model, owners=self.owners(model, role), optimizer=optimizer,
             **stacked)

@@ -27,8 +27,9 @@ class RecurrentMixin:
                 return self.head(output), {"hidden": hidden}
 
     The algorithms that support recurrence (``RecurrentMAPPO`` and ``RecurrentIPPO``) keep
-    the hidden states, store them with the rollout, reset them where an episode starts or an
-    agent is inactive, and train on chunks of consecutive steps from the stored initial states.
+    the hidden states, store them with the rollout, reset them where an episode starts (or an
+    agent's own episode has ended), hold them while an agent is inactive (waiting for its turn),
+    and train on chunks of consecutive steps from the stored initial states.
     """
 
     hidden_size: int = 0

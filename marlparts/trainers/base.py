@@ -6,7 +6,6 @@ import torch
 
 from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
-from marlparts.models.recurrent import is_recurrent
 from marlparts.trainers.callbacks import Callback
 from marlparts.trainers.opponents import Opponents, check_seats
 from marlparts.utils.agent_tensors import stack_agents
@@ -194,10 +193,6 @@ class Trainer:
             return
         for agent in self.agents:
             agent.turn_based = True
-            if any(is_recurrent(model) for model in agent.distinct_models()):
-                raise ValueError(f"{type(agent).__name__} has recurrent models, which cannot train on a turn-based env: "
-                                 "an agent's hidden state starts afresh whenever it is inactive, which there is every "
-                                 "step where another agent moves; give its models no recurrence")
             if not agent.SUPPORTS_TURN_BASED:
                 raise ValueError(f"{type(agent).__name__} cannot train on a turn-based env: its transitions go from one "
                                  "step to the next, so a reward that reaches an agent while it waits for its turn would "

@@ -17,26 +17,23 @@ class OptimizationMixin:
     """
 
     def optimize(self, records: Sequence[TrainedModel], loss: torch.Tensor) -> None:
-        """One optimizer step for each of ``records`` on ``loss``: zero, backward, average the gradients
-        over ``torchrun`` ranks (one all-reduce), clip the gradient norm, step. With mixed precision the
-        loss is scaled and the gradients unscaled before clipping. With no record there is nothing to step,
-        and no backward pass is run.
+        """One optimizer step for each of ``records`` that takes steps in this update (``record.takes_steps``,
+        see :meth:`~marlparts.agents.common.trained_model.TrainedModel.plan_steps`) on ``loss``: zero, backward,
+        average the gradients over ``torchrun`` ranks (one all-reduce), clip the gradient norm, step
+        (:meth:`~marlparts.agents.common.trained_model.TrainedModel.step`; a stack steps only the members whose
+        agents acted). With mixed precision the loss is scaled and the gradients unscaled before clipping.
+        With no record to step there is nothing to do, and no backward pass is run.
         """
+        for record in records:
+            record.zero_gradients()  # also those that take no step: nothing accumulates in them
+        records = [record for record in records if record.takes_steps]
         if not records:
             return
-        for record in records:
-            record.zero_gradients()
         scaler = self._grad_scaler
         (scaler.scale(loss) if scaler is not None else loss).backward()
         average_gradients(parameter for record in records for parameter in record.model.parameters())
         for record in records:
-            if scaler is not None:
-                scaler.unscale_(record.optimizer)
-            record.clip_gradients()
-            if scaler is not None:
-                scaler.step(record.optimizer)
-            else:
-                record.optimizer.step()
+            record.step(scaler)
         if scaler is not None:
             scaler.update()
 

@@ -5,20 +5,22 @@
 updates in one batched computation. What belongs to each agent stays the agent's own, and
 checkpoints hold it under the same names as without stacking, so a checkpoint does not depend
 on how the work was batched: each member model (its parameters share memory with the stack),
-its slice of the stacked optimizer's state (:class:`StackedOptimizerSlice`), and its own
+its slice of the stacked optimizer's state
+(:class:`~marlparts.agents.common.stacked_optimizer.StackedOptimizerSlice`), and its own
 preprocessors, whose statistics :class:`StackedScaler` reads as one stacked tensor.
 """
 
-import copy
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional, Sequence, Type, Union
 
 import torch
 from torch import nn
 
+from marlparts.agents.common.elementwise import stacking_obstacle
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.common.trained_model import TrainedModel, optimizer_parameters
+from marlparts.agents.common.stacked_optimizer import MemberOptimizerState, StackedOptimizerSlice
+from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.models.stacked import StackedModels
 from marlparts.resources.preprocessors import RunningStandardScaler
 
@@ -75,88 +77,36 @@ class StackedScaler(nn.Module):
             member.update(member_rows)
 
 
-class StackedOptimizerSlice:
-    """One member's part of the optimizer of a stack, in the form the member's own optimizer would have:
-    its ``state_dict`` holds the member's slice of every state tensor, and loading one writes that slice.
-    The step count is one for the whole stack (every member steps together); loading a member's state
-    without any entry (an optimizer that has not stepped yet) clears the stack's state.
-
-    Args:
-        optimizer: the optimizer of the stacked parameters.
-        index: the member's position in the stack.
-        stack: the stacked models, which say how a slice of each stacked parameter (and of its state)
-            lies in the member's own layout (:meth:`StackedModels.member_view`).
-    """
-
-    def __init__(self, optimizer: torch.optim.Optimizer, index: int, stack: StackedModels) -> None:
-        self.optimizer, self.index = optimizer, index
-        self.names = [name for name, _ in stack.member_parameters]  # the stack's parameter order
-        self.member_view = stack.member_view
-
-    def state_dict(self) -> Dict[str, Any]:
-        """The member's optimizer state: the state tensors' slices, and the hyperparameters."""
-        full = self.optimizer.state_dict()
-        state = {}
-        for position, values in full["state"].items():
-            state[position] = {key: self.member_view(self.names[position], value[self.index]).clone(
-                                   memory_format=torch.contiguous_format)
-                               if isinstance(value, torch.Tensor) and key != "step" else copy.deepcopy(value)
-                               for key, value in values.items()}
-        return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Write the member's slice of every state tensor (creating the stacked state on first load) and the
-        hyperparameters; a state for another number of parameters is refused before anything changes.
-        """
-        parameters = optimizer_parameters(self.optimizer)
-        theirs = [len(group["params"]) for group in state_dict.get("param_groups", [])]
-        if sum(theirs) != len(parameters) or len(theirs) != len(self.optimizer.param_groups):
-            raise ValueError(f"the optimizer state holds parameter groups of {theirs} tensors, this stacked optimizer "
-                             f"{[len(group['params']) for group in self.optimizer.param_groups]}")
-        loaded = {int(position): values for position, values in state_dict.get("state", {}).items()}
-        for position, parameter in enumerate(parameters):
-            if not loaded.get(position):  # a member's optimizer that has not stepped: nor has the stack's
-                self.optimizer.state.pop(parameter, None)
-        for position, values in loaded.items():
-            parameter = parameters[position]
-            own = self.optimizer.state[parameter]
-            for key, value in values.items():
-                if isinstance(value, torch.Tensor) and key != "step":
-                    if key not in own:
-                        own[key] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
-                    target = self.member_view(self.names[position], own[key][self.index])
-                    if target.shape != value.shape:
-                        raise ValueError(f"the optimizer state {key!r} of parameter {self.names[position]!r} has shape "
-                                         f"{tuple(value.shape)}, the parameter {tuple(target.shape)}")
-                    target.copy_(value)
-                elif isinstance(value, torch.Tensor):  # the step count, where the optimizer keeps it
-                    device = own[key].device if key in own else (
-                        parameter.device if self.optimizer.defaults.get("fused") or
-                        self.optimizer.defaults.get("capturable") else value.device)
-                    own[key] = value.detach().clone().to(device=device, dtype=torch.float32)
-                else:
-                    own[key] = value
-        for group, their_group in zip(self.optimizer.param_groups, state_dict["param_groups"]):
-            group.update({key: value for key, value in their_group.items() if key != "params"})
-
-
 @dataclass(eq=False)
 class StackedTrainedModel(TrainedModel):
     """The record of a :class:`StackedModels`: one optimizer (and scheduler) over the stacked parameters,
     :class:`StackedScaler` preprocessors, and, in checkpoints and logs, each member under its own name.
 
+    Each member trains as it would with an optimizer of its own: its own gradient-norm limit, no step in
+    an update where its agent sat out the rollout, and its own step count
+    (:class:`~marlparts.agents.common.stacked_optimizer.MemberOptimizerState`).
+
     Attributes:
         member_names: the members' names (``role[agent]``), in stack order.
+        member_owners: the agents of each member, in stack order.
+        member_state: the members' own per-tensor optimizer numbers, where they differ.
+        stepping_members: ``(members,)`` bool, the members that take steps in this update (:meth:`plan_steps`);
+            None: all of them.
     """
 
     member_names: List[str] = field(default_factory=list)
+    member_owners: List[List[str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.member_state = MemberOptimizerState(self.optimizer, len(self.member_names))
+        self.stepping_members: Optional[torch.Tensor] = None
 
     def checkpoint_parts(self) -> Dict[str, Any]:
         """Each member's model, optimizer slice, scheduler and preprocessors, named as without stacking."""
         parts: Dict[str, Any] = {}
         for k, (name, member) in enumerate(zip(self.member_names, self.model.members)):
             parts[name] = member
-            parts[f"optimizer:{name}"] = StackedOptimizerSlice(self.optimizer, k, self.model)
+            parts[f"optimizer:{name}"] = StackedOptimizerSlice(self.optimizer, self.member_state, k, self.model)
             if self.scheduler is not None:
                 parts[f"scheduler:{name}"] = self.scheduler
             if self.input_preprocessor is not None:
@@ -183,6 +133,29 @@ class StackedTrainedModel(TrainedModel):
         """``{member name: learning rate}`` (one optimizer: the same rate for every member)."""
         return {name: self.learning_rate() for name in self.member_names}
 
+    def plan_steps(self, acted: AbstractSet[str]) -> None:
+        """Before an update: the members that take steps in it are those whose agent is in ``acted``."""
+        stepping = [any(owner in acted for owner in owners) for owners in self.member_owners]
+        self.takes_steps = any(stepping)
+        self.stepping_members = None if all(stepping) else torch.tensor(stepping)
+
+    def step(self, scaler: Optional[Any] = None) -> None:
+        """One step for the stepping members: one optimizer step while every member steps alike; otherwise the
+        members' own step (:meth:`MemberOptimizerState.step`), skipped where the mixed-precision ``scaler``
+        finds non-finite gradients (as its own step would be).
+        """
+        if self.stepping_members is None and self.member_state.uniform:
+            super().step(scaler)
+            return
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        self.clip_gradients()
+        gradients = [parameter.grad for parameter in self.trained_parameters() if parameter.grad is not None]
+        if scaler is not None and gradients and not torch.stack([torch.isfinite(g).all() for g in gradients]).all():
+            return  # the scaler's update lowers its scale, as after a step it skipped
+        stepping = self.stepping_members
+        self.member_state.step(torch.ones(len(self.member_names), dtype=torch.bool) if stepping is None else stepping)
+
     def clip_gradients(self) -> None:
         """Clip each member's gradient to norm ``grad_norm_clip`` on its own, as its own optimizer would."""
         if self.grad_norm_clip <= 0:
@@ -197,7 +170,7 @@ class StackedTrainedModel(TrainedModel):
 
 
 def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes: Callable[[str, str], int],
-                 settings: Callable[[AgentGroup], Any]) -> List[AgentGroup]:
+                 settings: Callable[[AgentGroup], Any], *, optimizer_class: type) -> List[AgentGroup]:
     """Merge the one-agent groups whose models can be stacked into one group per kind of model.
 
     Groups of several agents (shared models) stay as they are. One-agent groups are candidates
@@ -208,8 +181,10 @@ def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes
     only groups with equal ``settings(group)`` (their per-agent configuration) are merged, since the
     merged agents share one. The merged group takes the first member's place and memory.
     Candidates that cannot be stacked stay groups of their own, run one after another, and a
-    warning says why.
+    warning says why: so do all of them where ``optimizer_class`` (the optimizer of every trained
+    model) does not step element-wise (:func:`~marlparts.agents.common.elementwise.stacking_obstacle`).
     """
+    optimizer_obstacle = stacking_obstacle(optimizer_class)
     candidates: Dict[tuple, List[AgentGroup]] = {}
     for group in groups:
         if group.size == 1:
@@ -220,7 +195,7 @@ def stack_groups(groups: Sequence[AgentGroup], roles: Sequence[str], input_sizes
     for members in candidates.values():
         if len(members) < 2:
             continue
-        group = _merge(members, roles, input_sizes)
+        group = optimizer_obstacle or _merge(members, roles, input_sizes)
         if isinstance(group, str):
             warnings.warn(f"the models of agents {[member.uids[0] for member in members]} are not run as one batched "
                           f"model, but one agent after another: {group}", stacklevel=4)

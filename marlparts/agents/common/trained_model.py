@@ -1,7 +1,7 @@
 """One record per model an algorithm trains: the model and everything that belongs to it."""
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Type, Union
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Type, Union
 
 import torch
 from torch import nn
@@ -29,6 +29,8 @@ class TrainedModel:
         input_preprocessor: standardises its inputs (observations or state), if configured.
         value_normaliser: standardises the targets of a value function, if configured.
         grad_norm_clip: the gradient-norm limit of its optimizer steps (0: none).
+        takes_steps: whether :meth:`~marlparts.agents.common.optimization.OptimizationMixin.optimize` steps it
+            (:meth:`plan_steps`: False for the update of a rollout in which none of its agents acted).
     """
 
     name: str
@@ -41,6 +43,7 @@ class TrainedModel:
     input_preprocessor: Optional[nn.Module] = None
     value_normaliser: Optional[nn.Module] = None
     grad_norm_clip: float = 0.0
+    takes_steps: bool = True
 
     def checkpoint_parts(self) -> Dict[str, Any]:
         """``{name: object with state_dict/load_state_dict}`` of everything this record holds."""
@@ -83,3 +86,23 @@ class TrainedModel:
         """Scale the gradient of the trained parameters to norm at most ``grad_norm_clip`` (0: no clipping)."""
         if self.grad_norm_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.trained_parameters(), self.grad_norm_clip)
+
+    def plan_steps(self, acted: AbstractSet[str]) -> None:
+        """Before an update: the model takes steps in it only if one of its owners is in ``acted`` (the agents
+        with an active sample in the rollout). A model whose agents all sat out the rollout has empty losses:
+        its zero gradients would still move it through the optimizer's momentum and weight decay, as they would
+        not a model that was not trained at all.
+        """
+        self.takes_steps = any(owner in acted for owner in self.owners)
+
+    def step(self, scaler: Optional[Any] = None) -> None:
+        """The optimizer step on the gradients computed: unscaled by the mixed-precision ``scaler`` if any (which
+        then takes the step, skipping it on non-finite gradients), clipped to ``grad_norm_clip``.
+        """
+        if scaler is not None:
+            scaler.unscale_(self.optimizer)
+        self.clip_gradients()
+        if scaler is not None:
+            scaler.step(self.optimizer)
+        else:
+            self.optimizer.step()

@@ -226,6 +226,7 @@ class COMA(MultiAgentPPO):
         """COMA update on the rollout just collected (see the class documentation for the three steps)."""
         self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
+        self.plan_steps()
         critics = [self.groups[0].trained["value"]]
         policies = list({id(group.trained["policy"]): group.trained["policy"] for group in self.groups}.values())
         critic_losses = []
@@ -248,7 +249,9 @@ class COMA(MultiAgentPPO):
             "Policy / entropy": float(torch.stack([losses["entropy_value"] for losses in actor_losses]).mean())})
 
     def critic_loss(self, indexes: torch.Tensor) -> torch.Tensor:
-        """``(Q(s, u)[u_i] − y)²`` over the agents active at the samples ``indexes`` (mean over agents)."""
+        """``(Q(s, u)[u_i] − y)²`` over the agents active at the samples ``indexes``: each set of policies' own mean
+        (agents with policies of their own, stacked or not, each weigh as one), then the mean over agents.
+        """
         batches = [self.sample_minibatch(group, indexes) for group in self.groups]
         joint = self.joint_actions([batch["actions"] for batch in batches], [batch["active"] for batch in batches])
         losses = []
@@ -256,8 +259,8 @@ class COMA(MultiAgentPPO):
             taken = self.q_values(group, batch.get("states"), batch["observations"], joint).gather(-1, batch["actions"])
             errors = value_errors(predicted=taken, targets=batch["value_targets"], old_values=batch["old_values"],
                                   cfg=group.cfg)
-            losses.append({"value": group.cfg["value_loss_scale"] * masked_mean(errors.reshape(-1, 1),
-                                                                                batch["active"].reshape(-1, 1))})
+            losses.append({"value": group.cfg["value_loss_scale"] * masked_mean(
+                errors.reshape(-1, 1), batch["active"].reshape(-1, 1), model_sets=group.model_sets)})
         return self.mean_over_agents(losses)["value"]
 
     def actor_losses(self, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:

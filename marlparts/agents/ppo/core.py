@@ -20,7 +20,7 @@ from marlparts.resources.popart import PopArt
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
-from marlparts.utils.distributed import mean_over_ranks
+from marlparts.utils.distributed import all_reduce_sum, mean_over_ranks
 from marlparts.utils.spaces import action_size, flat_size, is_discrete
 
 PPO_DEFAULT_CONFIG: Config = Config({
@@ -100,7 +100,8 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                              f"must be the number of vectorized steps over which to anneal (a positive int), got "
                              f"{steps!r}")
         if self.cfg["stack_models"]:
-            self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings)
+            self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings,
+                                       optimizer_class=self.cfg.get("optimizer") or torch.optim.Adam)
         for group in self.groups:
             policy, value = group.models["policy"], group.models["value"]
             uid = group.uids[0]
@@ -117,6 +118,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         self._next_states: Optional[torch.Tensor] = None
         self._next_infos: Optional[Mapping[str, Any]] = None
         self._has_action_mask = False
+        self.acted_agents: frozenset = frozenset(self.possible_agents)  # the agents that acted in the last rollout
 
     # ----------------------------------------------------------------------------- construction
     def critic_input_size(self, uid: str) -> int:
@@ -383,6 +385,21 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         states = memory.get_tensor_by_name("states").flatten(0, 1) if self.USES_STATE else None
         return self._values(group, observations.flatten(0, 1), states)[0].unflatten(0, observations.shape[:2])
 
+    def plan_steps(self) -> None:
+        """Which models take steps in this update (after :meth:`compute_advantages`): those of the agents with an
+        active sample in the stored rollout on any ``torchrun`` rank (:attr:`acted_agents`; every rank decides
+        alike). A model, or a member of a stack, whose agents all sat out the rollout (they had left, or it was
+        never their turn) has empty losses: it takes no step, its optimizer state stays as it was
+        (:meth:`~marlparts.agents.common.trained_model.TrainedModel.plan_steps`).
+        """
+        acted = torch.cat([group.memory.get_tensor_by_name("active").flatten(0, 1).any(0).reshape(-1)
+                           for group in self.groups])
+        acted = all_reduce_sum(acted.float()).gt(0).tolist()  # one all-reduce, one read
+        uids = [uid for group in self.groups for uid in group.uids]
+        self.acted_agents = frozenset(uid for uid, any_active in zip(uids, acted) if any_active)
+        for record in self.trained:
+            record.plan_steps(self.acted_agents)
+
     def minibatch_losses(self, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
         """The losses of the minibatch ``indexes`` (the same samples of every group), averaged over the agents:
         ``"policy"``, ``"value"`` and ``"entropy"`` (minimised as their sum), and ``"kl"`` and ``"entropy_value"``
@@ -461,6 +478,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         """
         self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
+        self.plan_steps()
         epochs: List[Dict[str, float]] = []
         for _ in range(self.cfg["learning_epochs"]):
             epoch = []

@@ -7,7 +7,7 @@ import torch
 from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.utils.config import Config
-from marlparts.utils.distributed import all_reduce_sum, broadcast_tensors, mean_over_ranks
+from marlparts.utils.distributed import broadcast_tensors, mean_over_ranks
 
 HAPPO_DEFAULT_CONFIG: Config = MAPPO_DEFAULT_CONFIG.copy()
 HAPPO_DEFAULT_CONFIG["stack_models"] = False  # each agent's policy is stepped on its own, in turn
@@ -52,6 +52,7 @@ class HAPPO(MAPPO):
         """
         self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
+        self.plan_steps()
         acted = self.groups_that_acted()
         factor = torch.ones(len(self.groups[0].memory), device=self.device)
         policy_metrics: List[dict] = []
@@ -70,14 +71,12 @@ class HAPPO(MAPPO):
             "Policy / entropy": _mean(policy_metrics, "entropy_value"), "Policy / KL": _mean(policy_metrics, "kl")})
 
     def groups_that_acted(self) -> List[AgentGroup]:
-        """The groups (one agent each) with an active sample in the stored rollout, on any ``torchrun`` rank. An
-        agent that sat out the whole rollout (it had left, or it was never its turn) has empty losses: its zero
-        gradients would still move its policy through Adam's momentum, so it takes no step, as in the
-        reference implementation (HARL).
+        """The groups (one agent each) with an active sample in the stored rollout, on any ``torchrun`` rank
+        (:meth:`plan_steps`). An agent that sat out the whole rollout (it had left, or it was never its turn) is
+        passed over: its policy takes no step (as in every algorithm of the family), and its ratios would all be 1,
+        as in the reference implementation (HARL).
         """
-        acted = torch.stack([group.memory.get_tensor_by_name("active").any() for group in self.groups])
-        acted = all_reduce_sum(acted.float()).gt(0).tolist()  # every rank passes over the same agents
-        return [group for group, any_active in zip(self.groups, acted) if any_active]
+        return [group for group in self.groups if group.uids[0] in self.acted_agents]
 
     def update_order(self) -> List[AgentGroup]:
         """The groups (one agent each) in a fresh random order, the same on every ``torchrun`` rank (rank 0's)."""

@@ -1,5 +1,5 @@
-"""Hidden states of recurrent models during collection: kept per group and role, and reset row by row where
-what a row belongs to starts afresh (an episode of its env copy, or an agent that is inactive).
+"""Hidden states of recurrent models during collection: kept per group and role, reset row by row where what a
+row belongs to starts afresh (an episode of its env copy, or of its agent), and held where its agent waits.
 """
 
 from typing import Any, Mapping, Optional, Tuple
@@ -11,10 +11,11 @@ from marlparts.utils.agent_tensors import stack_agents
 
 
 def episode_starts(infos: Optional[Mapping[str, Any]], group: AgentGroup, batch: int,
-                   device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    """``(agent_starts (batch, group), copy_starts (batch,))`` bool at this step: where an agent's hidden state
-    starts afresh (its copy was reset, or the agent is inactive, so its state stays at zero until it acts
-    again), and where an env copy's episode starts (for rows that belong to the copy, not to one agent).
+                   device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(agent_starts (batch, group), copy_starts (batch,), waiting (batch, group))`` bool at this step: where an
+    agent's hidden state starts afresh because its copy was reset, where an env copy's episode starts (for rows
+    that belong to the copy, not to one agent), and which agents are inactive at this step (waiting for their
+    turn, or gone): their hidden state is held, neither advanced on this step's observation nor reset.
     """
     infos = infos or {}
     episode_end = infos.get("episode_end")
@@ -22,9 +23,9 @@ def episode_starts(infos: Optional[Mapping[str, Any]], group: AgentGroup, batch:
                    else torch.zeros(batch, dtype=torch.bool, device=device))
     agent_starts = copy_starts.unsqueeze(1).expand(batch, group.size)
     active = infos.get("active")
-    if active is not None:
-        agent_starts = agent_starts | ~stack_agents(active, group.uids).reshape(batch, group.size).bool().to(device)
-    return agent_starts, copy_starts
+    waiting = (~stack_agents(active, group.uids).reshape(batch, group.size).bool().to(device) if active is not None
+               else torch.zeros(batch, group.size, dtype=torch.bool, device=device))
+    return agent_starts, copy_starts, waiting
 
 
 def reset_rows(hidden: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
@@ -32,6 +33,15 @@ def reset_rows(hidden: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
     if hidden.shape[0] != starts.numel():
         raise ValueError(f"hidden states of {hidden.shape[0]} rows for {tuple(starts.shape)} (env copies, rows) starts")
     return torch.where(starts.reshape(-1, 1), torch.zeros((), dtype=hidden.dtype, device=hidden.device), hidden)
+
+
+def hold_rows(returned: torch.Tensor, read: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+    """The hidden state after a step: ``returned`` by the model, with the ``held`` rows (``(batch, rows)``) kept at
+    the state they ``read`` (a row whose agent waits for its turn keeps its state for that turn).
+    """
+    if returned.shape[0] != held.numel():
+        raise ValueError(f"hidden states of {returned.shape[0]} rows for {tuple(held.shape)} (env copies, rows) held rows")
+    return torch.where(held.reshape(-1, 1), read, returned)
 
 
 class HiddenStates:

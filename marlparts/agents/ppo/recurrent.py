@@ -12,11 +12,12 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import torch
 
 from marlparts.agents.common.groups import AgentGroup
-from marlparts.agents.ppo.hidden_states import HiddenStates, episode_starts, reset_rows
+from marlparts.agents.ppo.hidden_states import HiddenStates, episode_starts, hold_rows, reset_rows
 from marlparts.agents.ppo.ippo import IPPO, IPPO_DEFAULT_CONFIG
 from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.mappo import MAPPO, MAPPO_DEFAULT_CONFIG
 from marlparts.models.recurrent import is_recurrent
+from marlparts.utils.agent_tensors import stack_agents
 from marlparts.utils.config import Config
 
 RECURRENT_MAPPO_DEFAULT_CONFIG: Config = MAPPO_DEFAULT_CONFIG.copy()
@@ -30,12 +31,15 @@ class RecurrentPPOMixin:
 
     During collection the hidden state a model reads at each step is stored with the step
     (``policy_hidden``, ``value_hidden``), together with where it started afresh (``starts``: a new
-    episode, or an inactive agent, whose state stays at zero; ``copy_starts``: a new episode of the env
-    copy). The critic's rows start afresh as :meth:`critic_row_starts` says: a row that reads an agent's
-    own view starts with the agent, a row that reads the global state with the copy's episode. The
-    update cuts the rollout into chunks of ``cfg["sequence_length"]`` consecutive steps; minibatches are
-    made of whole chunks (all agents of a group together), and each chunk is replayed step by step from
-    its stored initial hidden states, zeroed again where an episode started inside the chunk.
+    episode of the agent's env copy, or the step after the agent's own episode ended; ``copy_starts``: a
+    new episode of the env copy) and where it was held (``waiting``: the agent was inactive, waiting for
+    its turn or gone; its state is neither advanced on that step's observation nor reset, so at its next
+    turn it reads the state its previous turn left). The critic's rows start afresh, and are held, as
+    :meth:`critic_row_starts` says: a row that reads an agent's own view follows the agent, a row that reads
+    the global state the copy's episode. The update cuts the rollout into chunks of
+    ``cfg["sequence_length"]`` consecutive steps; minibatches are made of whole chunks (all agents of a group
+    together), and each chunk is replayed step by step from its stored initial hidden states, zeroed again
+    where an episode started inside the chunk and held where an agent waited.
 
     Models that are not recurrent (a feed-forward critic beside a recurrent policy, say) run as in the
     feed-forward algorithm.
@@ -58,30 +62,49 @@ class RecurrentPPOMixin:
                         raise ValueError(f"models[{group.uids[0]!r}][{role!r}] is recurrent but sets no hidden_size")
                     group.hidden[role] = HiddenStates(model.hidden_size)
         self._fresh_start = True  # every hidden state starts at zero at the first training step
+        self._ended: Dict[int, torch.Tensor] = {}  # id(group) -> (copies, group): agents whose episode just ended
 
     def critic_row_starts(self, group: AgentGroup, agent_starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
         """``(batch, critic rows per copy)`` bool: which rows of the group's critic start afresh, from
-        ``agent_starts`` ``(batch, group)`` and ``copy_starts`` ``(batch,)``.
+        ``agent_starts`` ``(batch, group)`` and ``copy_starts`` ``(batch,)``. The same map gives the rows held
+        while their agent waits (:meth:`critic_row_waits`): a row of one agent follows its agent, a row of the
+        copy its copy.
         """
         raise NotImplementedError
+
+    def critic_row_waits(self, group: AgentGroup, waiting: torch.Tensor) -> torch.Tensor:
+        """``(batch, critic rows per copy)`` bool: which rows of the group's critic hold their hidden state at this
+        step, from the agents ``waiting`` ``(batch, group)``: those of one waiting agent (a row of the copy, which
+        reads the global state, goes on at every step).
+        """
+        return self.critic_row_starts(group, waiting, torch.zeros(waiting.shape[0], dtype=torch.bool,
+                                                                  device=waiting.device))
 
     def init(self, trainer_cfg: Optional[Mapping[str, Any]] = None) -> None:
         """As the feed-forward algorithm, and the tensors of the hidden states and their starts."""
         super().init(trainer_cfg)
         for group in self.groups:
             group.memory.create_tensor("starts", (group.size,), dtype=torch.bool)
+            group.memory.create_tensor("waiting", (group.size,), dtype=torch.bool)
             group.memory.create_tensor("copy_starts", (1,), dtype=torch.bool)
             if "policy" in group.hidden:
                 group.memory.create_tensor("policy_hidden", (group.size, group.hidden["policy"].hidden_size))
 
     # ----------------------------------------------------------------------------- collection
     def _starts(self, group: AgentGroup, infos: Optional[Mapping[str, Any]], batch: int,
-                device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-        """``(agent_starts (batch, group), copy_starts (batch,))`` of the step about to be taken."""
-        agent_starts, copy_starts = episode_starts(infos, group, batch, device)
-        if self.training and self._fresh_start:
-            agent_starts, copy_starts = torch.ones_like(agent_starts), torch.ones_like(copy_starts)
-        return agent_starts, copy_starts
+                device: torch.device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(agent_starts (batch, group), copy_starts (batch,), waiting (batch, group))`` of the step about to be
+        taken (:func:`~marlparts.agents.ppo.hidden_states.episode_starts`). In training an agent also starts
+        afresh after its own episode ended at the step before (it left: its state is zero from then on).
+        """
+        agent_starts, copy_starts, waiting = episode_starts(infos, group, batch, device)
+        if self.training:
+            ended = self._ended.get(id(group))
+            if ended is not None and ended.shape == agent_starts.shape:
+                agent_starts = agent_starts | ended.to(device)
+            if self._fresh_start:
+                agent_starts, copy_starts = torch.ones_like(agent_starts), torch.ones_like(copy_starts)
+        return agent_starts, copy_starts, waiting
 
     def act(self, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor], infos: Mapping[str, Any],
             timestep: int, timesteps: int) -> Dict[str, torch.Tensor]:
@@ -97,9 +120,9 @@ class RecurrentPPOMixin:
         are kept for :meth:`step_samples`.
         """
         batch = inputs["observations"].shape[0] // group.size
-        agent_starts, copy_starts = self._starts(group, infos, batch, inputs["observations"].device)
+        agent_starts, copy_starts, waiting = self._starts(group, infos, batch, inputs["observations"].device)
         if self.training:
-            group.cache["starts"], group.cache["copy_starts"] = agent_starts, copy_starts
+            group.cache["starts"], group.cache["copy_starts"], group.cache["waiting"] = agent_starts, copy_starts, waiting
         memory = group.hidden.get("policy")
         if memory is not None:
             inputs = {**inputs, "hidden": memory.take(agent_starts, self.training)}
@@ -107,7 +130,7 @@ class RecurrentPPOMixin:
                 group.cache["policy_hidden"] = inputs["hidden"].unflatten(0, (batch, group.size))
         actions, log_prob, outputs = super().policy_act(group, inputs, infos)
         if memory is not None:
-            memory.keep(outputs["hidden"], self.training)
+            memory.keep(hold_rows(outputs["hidden"], inputs["hidden"], waiting), self.training)
         return actions, log_prob, outputs
 
     def step_samples(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor],
@@ -120,6 +143,10 @@ class RecurrentPPOMixin:
         samples = super().step_samples(group, observations, states, **step)
         samples["starts"] = group.cache["starts"]
         samples["copy_starts"] = group.cache["copy_starts"].unsqueeze(-1)
+        group.memory.create_tensor("waiting", (group.size,), dtype=torch.bool)  # a memory loaded from a checkpoint
+        samples["waiting"] = group.cache["waiting"]                              # written without it gets it here
+        ended = stack_agents(step["terminated"], group.uids).bool() | stack_agents(step["truncated"], group.uids).bool()
+        self._ended[id(group)] = ended.reshape(observations.shape[0], group.size)
         if "policy" in group.hidden:
             samples["policy_hidden"] = group.cache["policy_hidden"]
         if values is not None:
@@ -135,13 +162,14 @@ class RecurrentPPOMixin:
         memory = group.hidden["value"]
         hidden = memory.take(self.critic_row_starts(group, group.cache["starts"], group.cache["copy_starts"]), True)
         values, outputs = self._values(group, observations, states, {"hidden": hidden})
-        memory.keep(outputs["hidden"], True)
+        memory.keep(hold_rows(outputs["hidden"], hidden, self.critic_row_waits(group, group.cache["waiting"])), True)
         group.cache["value_hidden"] = hidden.unflatten(0, (observations.shape[0], -1))
         return values
 
     def final_values(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """Values of the final observations of the episodes that ended at this step: a recurrent critic reads them
-        from the hidden state that has seen the step's observation (no row starts afresh).
+        from the hidden state that has seen the step's observation (no row starts afresh; a row whose agent waited
+        at this step reads the state it held).
         """
         memory = group.hidden.get("value")
         if memory is None:
@@ -159,7 +187,7 @@ class RecurrentPPOMixin:
         memory = group.hidden.get("value")
         if memory is None:
             return super().next_values(group, observations, states, infos)
-        agent_starts, copy_starts = self._starts(group, infos, observations.shape[0], observations.device)
+        agent_starts, copy_starts, _ = self._starts(group, infos, observations.shape[0], observations.device)
         hidden = memory.take(self.critic_row_starts(group, agent_starts, copy_starts), True)
         return self._values(group, observations, states, {"hidden": hidden})[0]
 
@@ -176,6 +204,7 @@ class RecurrentPPOMixin:
                 memory.clear(training)
         if training is None or training:
             self._fresh_start = True
+            self._ended = {}
 
     def cut_episodes(self) -> None:
         """As the feed-forward algorithm; the next training episodes start from fresh hidden states."""
@@ -201,7 +230,7 @@ class RecurrentPPOMixin:
     def group_losses(self, group: AgentGroup, chunks: torch.Tensor) -> Dict[str, torch.Tensor]:
         """The PPO losses of ``group`` on the chunks ``chunks``, each replayed from its stored hidden states."""
         names = ["observations", "actions", "log_prob", "old_values", "value_targets", "advantages", "active",
-                 "starts", "copy_starts"]
+                 "starts", "copy_starts", "waiting"]
         names += ["states"] if self.USES_STATE else []
         names += ["action_mask"] if self._has_action_mask else []
         names += [f"{role}_hidden" for role in ("policy", "value") if role in group.hidden]
@@ -213,6 +242,7 @@ class RecurrentPPOMixin:
         log_probs, entropies, predictions = [], [], []
         for step in range(length):
             agent_starts, copy_starts = batch["starts"][:, step], batch["copy_starts"][:, step, 0]
+            waiting = batch["waiting"][:, step]
             inputs = {"observations": self._policy_inputs(group, batch["observations"][:, step]),
                       "taken_actions": batch["actions"][:, step].flatten(0, 1)}
             if self._has_action_mask:
@@ -221,7 +251,7 @@ class RecurrentPPOMixin:
                 inputs["hidden"] = reset_rows(policy_hidden, agent_starts)
             _, log_prob, outputs = group.models["policy"].act(inputs, role="policy")
             if policy_hidden is not None:
-                policy_hidden = outputs["hidden"]
+                policy_hidden = hold_rows(outputs["hidden"], inputs["hidden"], waiting)
             log_probs.append(log_prob.unflatten(0, (count, group.size)))
             entropies.append(outputs["entropy"].unflatten(0, (count, group.size)))
             if value_hidden is not None:
@@ -230,7 +260,7 @@ class RecurrentPPOMixin:
                                                          states[:, step] if states is not None else None,
                                                          {"hidden": hidden})
                 predictions.append(predicted)
-                value_hidden = outputs["hidden"]
+                value_hidden = hold_rows(outputs["hidden"], hidden, self.critic_row_waits(group, waiting))
         if value_hidden is None:  # a feed-forward critic reads every step of every chunk at once
             predicted, _ = self.predict_values(group, batch["observations"].flatten(0, 1),
                                                states.flatten(0, 1) if states is not None else None)
