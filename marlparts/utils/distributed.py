@@ -60,9 +60,10 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
     must take the GIL, is ended by ``pthread_exit`` inside a ``noexcept`` destructor and aborts the
     finished run ("terminate called without an active exception"; pytorch/pytorch#190489, #179291).
     ``torch.distributed.nn`` binds ``group=group.WORLD`` defaults when it is imported, and the first
-    optimizer imports it (with ``torch._dynamo``) after the group exists, which kept the group alive:
-    it is imported here first, so that its defaults bind ``None``. The exit handler warns, naming
-    them, if other default arguments or module attributes still hold the group.
+    optimizer imports it (with dynamo, the compiler that ``torch.optim`` disables on its methods)
+    after the group exists, which kept the group alive: it is imported here first, so that its
+    defaults bind ``None``. The exit handler warns, naming them, if other default arguments or
+    module attributes still hold the group.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return rank_and_world_size()
