@@ -7,14 +7,17 @@ action taken (0..3, so the best return of a 5-step episode is 15 and random acti
 then writes its parameters, its preprocessor statistics, its copy seeds and the greedy evaluation
 to OUT/rank<r>.pt. At its very end (an exit handler registered before the process group exists, so
 it runs after any the library registers) each rank writes to OUT/exit<r>.txt whether its process
-group is still alive: one left to the interpreter's finalisation can abort the process (gloo's
-threads then free tensors without the interpreter).
+group is still initialised, whether the group object itself was freed, and how many gloo threads
+are still running: a group that something still references outlives destroy_process_group(), and
+its gloo threads, left running into the interpreter's finalisation, can abort the process (a
+worker thread that drops the last reference to a tensor then needs the GIL that is gone).
 """
 
 import argparse
 import atexit
 import os
 import sys
+import weakref
 
 import torch
 
@@ -45,9 +48,18 @@ class WiderCountingEnv(CountingEnv):
         return np.append(super()._obs(agent, action), 0.0).astype(np.float32)
 
 
-def write_whether_the_process_group_outlives_the_script(out, rank):
+def gloo_threads():
+    """The threads of this process that gloo runs (its worker and transport loops), by their names."""
+    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+    return sum("gloo" in name for name in names)
+
+
+def write_whether_the_process_group_outlives_the_script(out, rank, world_group):
+    held = any(reference() is not None for reference in world_group)
+    state = ["alive" if torch.distributed.is_initialized() else "destroyed", "held" if held else "freed",
+             f"{gloo_threads()} gloo threads"]
     with open(os.path.join(out, f"exit{rank}.txt"), "w") as file:
-        file.write("alive" if torch.distributed.is_initialized() else "destroyed")
+        file.write(", ".join(state))
 
 
 def main():
@@ -58,8 +70,10 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     os.makedirs(args.out, exist_ok=True)
-    atexit.register(write_whether_the_process_group_outlives_the_script, args.out, int(os.environ["RANK"]))
+    world_group = []  # a weak reference to the process group, once there is one
+    atexit.register(write_whether_the_process_group_outlives_the_script, args.out, int(os.environ["RANK"]), world_group)
     rank, world_size = init_distributed()
+    world_group.append(weakref.ref(torch.distributed.group.WORLD))
     set_seed(0)
     if args.algorithm == "maddpg":
         from test_maddpg import build

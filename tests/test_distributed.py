@@ -3,6 +3,7 @@
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -40,8 +41,10 @@ def test_two_ranks_learn_keep_identical_parameters_and_statistics_and_only_rank_
     folder = tmp_path / "runs" / "run"
     assert (folder / "evaluation.json").exists() and len(list(folder.glob("events.out.tfevents.*"))) == 1
     # a process group left alive into the interpreter's finalisation can abort a rank at exit (SIGABRT,
-    # "terminate called without an active exception"): the library destroys it when the script ends
-    assert [(tmp_path / f"exit{rank}.txt").read_text() for rank in (0, 1)] == ["destroyed", "destroyed"]
+    # "terminate called without an active exception": a gloo worker thread drops the last reference to a
+    # tensor and needs the GIL that finalisation took away): the library destroys it when the script
+    # ends, and nothing may keep the group object, with its threads, alive past that
+    assert [(tmp_path / f"exit{rank}.txt").read_text() for rank in (0, 1)] == ["destroyed, freed, 0 gloo threads"] * 2
 
 
 def test_two_happo_ranks_update_the_agents_in_the_same_order_and_stay_identical(tmp_path):
@@ -97,3 +100,32 @@ def test_nccl_without_any_gpu_says_so(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     with pytest.raises(RuntimeError, match="nccl needs CUDA devices and this process sees none"):
         distributed.init_distributed("nccl")
+
+
+def test_exit_handler_names_what_keeps_the_process_group_alive(monkeypatch):
+    """A group still referenced after destroy_process_group() keeps gloo's threads into the interpreter's
+    shutdown, where they can abort the process: the exit handler says which default argument holds it."""
+    import torch.distributed as dist
+
+    from marlparts.utils import distributed
+
+    handlers, init_process_group = [], dist.init_process_group
+    monkeypatch.setenv("WORLD_SIZE", "2")  # one rank in fact, on a store in this process
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda backend: init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1))
+    monkeypatch.setattr(distributed.atexit, "register", lambda handler, *arguments: handlers.append((handler, arguments)))
+    distributed.init_distributed("gloo")
+    assert dist.is_initialized() and len(handlers) == 1
+
+    def all_reduce_with_the_world_by_default(tensor, group=dist.group.WORLD):  # bound now that the group exists
+        return tensor
+
+    handler, arguments = handlers[0]
+    with pytest.warns(RuntimeWarning, match=r"the process group outlived destroy_process_group\(\): the default "
+                                            r"arguments of .*all_reduce_with_the_world_by_default still hold"):
+        handler(*arguments)
+    assert not dist.is_initialized()
+    del all_reduce_with_the_world_by_default
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        handler(*arguments)  # nothing holds the group any more: no warning

@@ -7,13 +7,18 @@ streams; the algorithms broadcast their parameters from rank 0 before training, 
 gradients with one all-reduce per optimizer step over one flat buffer, combine the
 preprocessors' and value normalisers' statistics across ranks, and only rank 0 writes logs,
 checkpoints and reports. Without ``torchrun`` every function here is a no-op for one process.
-The process group is destroyed when the script ends.
+The process group is destroyed, and freed, when the script ends.
 """
 
 import atexit
+import gc
+import importlib
 import os
+import sys
+import types
 import warnings
-from typing import Any, Iterable, List, Mapping, Sequence, Tuple, Union
+import weakref
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -49,9 +54,16 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
     Returns:
         ``(rank, world size)``.
 
-    The process group is destroyed at the script's exit, while the interpreter is still whole: one left
-    to the interpreter's finalisation can abort the process (gloo's threads then release tensors with
-    no interpreter to release them to), which ends a finished run with SIGABRT.
+    The process group is destroyed at the script's exit while the interpreter is still whole, and must
+    then be freed: one that outlives it keeps its gloo worker threads into the interpreter's
+    finalisation, where a worker that drops the last reference to a tensor of a finished collective
+    must take the GIL, is ended by ``pthread_exit`` inside a ``noexcept`` destructor and aborts the
+    finished run ("terminate called without an active exception"; pytorch/pytorch#190489, #179291).
+    ``torch.distributed.nn`` binds ``group=group.WORLD`` defaults when it is imported, and the first
+    optimizer imports it (with dynamo, the compiler that ``torch.optim`` disables on its methods)
+    after the group exists, which kept the group alive: it is imported here first, so that its
+    defaults bind ``None``. The exit handler warns, naming them, if other default arguments or
+    module attributes still hold the group.
     """
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or is_distributed():
         return rank_and_world_size()
@@ -68,15 +80,38 @@ def init_distributed(backend: str = "auto", *, device: Union[str, torch.device, 
                                f"CUDA device(s) and nccl needs one per rank; start at most {gpus} process(es) per "
                                f"node (torchrun --nproc_per_node={gpus}) or use init_distributed('gloo')")
         torch.cuda.set_device(local_rank)
+    importlib.import_module("torch.distributed.nn")  # binds its ``group=group.WORLD`` defaults to None: see above
     dist.init_process_group(backend=backend)
-    atexit.register(_destroy_process_group_at_exit)
+    world_group = dist.group.WORLD
+    atexit.register(_destroy_process_group_at_exit, None if world_group is None else weakref.ref(world_group))
     return rank_and_world_size()
 
 
-def _destroy_process_group_at_exit() -> None:
-    """Destroy the process group, where there still is one (the script may have destroyed it itself)."""
+def _destroy_process_group_at_exit(world_group: Optional[Callable[[], Any]]) -> None:
+    """Destroy the process group, where there still is one (the script may have destroyed it itself),
+    and warn if ``world_group`` (a weak reference to it) shows that something still holds it: its
+    threads then run into the interpreter's finalisation, where they can abort the process.
+    """
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    group = None if world_group is None else world_group()
+    if group is not None:
+        holders = _what_holds(group)
+        listed = ", ".join(holders[:3]) + (f" and {len(holders) - 3} more" if len(holders) > 3 else "")
+        warnings.warn(f"the process group outlived destroy_process_group(): {listed} still hold(s) it, and its "
+                      "threads, left running into the interpreter's shutdown, can abort this process (SIGABRT); "
+                      "a default argument such as group=dist.group.WORLD binds the group when its module is "
+                      "imported: import such modules before init_distributed()", RuntimeWarning, stacklevel=1)
+
+
+def _what_holds(group: Any) -> List[str]:
+    """The functions whose default arguments hold ``group`` and the module attributes bound to it."""
+    holders = [f"the default arguments of {function.__module__}.{function.__qualname__}"
+               for function in gc.get_objects() if type(function) is types.FunctionType
+               and any(value is group for value in (*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()))]
+    holders += [f"{name}.{attribute}" for name, module in list(sys.modules.items())
+                for attribute, value in list(getattr(module, "__dict__", {}).items()) if value is group]
+    return holders or ["objects that are neither default arguments nor module attributes"]
 
 
 def local_device() -> torch.device:
