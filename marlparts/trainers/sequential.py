@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from marlparts.envs.base import MultiAgentEnv
-from marlparts.trainers.base import EpisodeStatistics, Trainer
+from marlparts.trainers.base import TRAINER_CONFIG_RANGES, EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import collect_episodes, summarise
 from marlparts.trainers.opponents import Opponents
 from marlparts.trainers.progress import Progress
@@ -28,7 +28,7 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "stochastic_evaluation": False,  # eval() samples actions instead of taking the greedy ones
     "eval_video": False,           # eval() records the first episode of evaluation copy 0 (render_mode="rgb_array")
     "video_format": "mp4",         # "mp4" or "gif" (imageio: pip install 'marlparts[video]')
-    "video_fps": 10,
+    "video_fps": 10.0,
     "close_environment_at_exit": False,
 }
 
@@ -232,8 +232,9 @@ class SequentialTrainer(Trainer):
             written to ``evaluation.json`` in the experiment folder of each algorithm that played a seat (an
             evaluation of fixed policies in every seat of an algorithm leaves its report as it was).
         """
+        episodes = self.cfg["eval_episodes"] if episodes is None else episodes
+        TRAINER_CONFIG_RANGES["eval_episodes"].check("eval(episodes=)", episodes)
         env = self._evaluation_env()
-        episodes = int(episodes or self.cfg["eval_episodes"])
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
         for agent in self.agents:
