@@ -143,7 +143,7 @@ def test_every_numeric_setting_of_every_algorithm_and_of_the_trainer_has_a_range
     ({"eval_interval": -1}, ValueError, r"trainer cfg\['eval_interval'\] must be a whole number >= 0, got -1"),
     ({"eval_num_envs": 0}, ValueError, r"trainer cfg\['eval_num_envs'\] must be None or a whole number >= 1, got 0"),
     ({"progress_interval": "fast"}, TypeError, r"trainer cfg\['progress_interval'\] must be a number, got 'fast'"),
-    ({"progress_interval": 0}, ValueError, r"trainer cfg\['progress_interval'\] must be a number > 0, got 0"),
+    ({"progress_interval": -1.0}, ValueError, r"trainer cfg\['progress_interval'\] must be a number >= 0, got -1.0"),
     ({"disable_progressbar": "yes"}, TypeError, r"trainer cfg\['disable_progressbar'\] must be a bool, got 'yes'"),
     ({"video_fps": 0}, ValueError, r"trainer cfg\['video_fps'\] must be a number > 0, got 0"),
 ])

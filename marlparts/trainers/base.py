@@ -17,7 +17,7 @@ from marlparts.utils.seeding import OPPONENT_STREAM, TRAINING_STREAM, derived_se
 #: The values the trainers' numeric options take (the keys a trainer's config has are checked).
 TRAINER_CONFIG_RANGES: Dict[str, Allowed] = {
     "timesteps": Allowed(0, integer=True),
-    "progress_interval": Allowed(0, open_low=True),
+    "progress_interval": Allowed(0),                 # 0: a line at every step
     "eval_interval": Allowed(0, integer=True),        # 0: no evaluation during training
     "eval_episodes": Allowed(1, integer=True),
     "eval_num_envs": Allowed(1, integer=True, words=(None,)),
