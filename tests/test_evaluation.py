@@ -140,3 +140,11 @@ def test_evaluations_from_the_start_are_appended_as_a_learning_curve(tmp_path):
         for actions in ("greedy", "sampled"):
             assert len(point[actions]["episode_returns"]) == 3
             assert point[actions]["mean_return"] == pytest.approx(sum(point[actions]["episode_returns"]) / 3)
+
+
+@pytest.mark.parametrize("key, value", [("eval_actions", "stochastic"), ("team_return", "max")])
+def test_an_unknown_evaluation_choice_is_refused_naming_the_key(key, value, tmp_path):
+    env = wrap_env(lambda: CountingEnv(), num_envs=1, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path))
+    with pytest.raises(ValueError, match=f"trainer cfg\\['{key}'\\] must be one of"):
+        SequentialTrainer(env=env, agents=agent, cfg={key: value})

@@ -143,3 +143,68 @@ def test_categorical_sampling_refuses_probabilities_that_are_not_finite():
     policy = LogitsPolicy(observation_space=gymnasium.spaces.Box(-1, 1, (3,)), action_space=gymnasium.spaces.Discrete(3))
     with pytest.raises(RuntimeError, match="nan"):
         policy.act({"observations": torch.tensor([[0.5, float("nan"), 0.5]])})
+
+
+class ThreeLogits(CategoricalMixin, Model):
+    """A categorical policy whose network has 3 outputs whatever its action space."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, 3)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def ppo_with_policy(policy, env, tmp_path, algorithm="mappo"):
+    from helpers import build_mappo
+
+    from marlparts.agents import IPPO, MAPPO
+    from marlparts.memories import RandomMemory
+
+    uids = env.possible_agents
+    reference = build_mappo(env, directory=str(tmp_path), algorithm=algorithm)  # its critic
+    models = {u: {"policy": policy, "value": reference.models[u]["value"]} for u in uids}
+    kwargs = dict(possible_agents=uids, models=models, memories={u: RandomMemory(memory_size=4, num_envs=2) for u in uids},
+                  observation_spaces=env.observation_spaces, action_spaces=env.action_spaces,
+                  cfg={"rollouts": 4, "experiment": {"directory": str(tmp_path)}})
+    if algorithm == "mappo":
+        return MAPPO(state_spaces=env.state_spaces, **kwargs)
+    return IPPO(**kwargs)
+
+
+@pytest.mark.parametrize("algorithm", ["mappo", "ippo"])
+def test_a_policy_with_fewer_logits_than_actions_is_refused_at_construction(tmp_path, algorithm):
+    from toy_envs import CountingEnv
+
+    from marlparts.envs import wrap_env
+
+    env = wrap_env(lambda: CountingEnv(), num_envs=2, seed=0)  # Discrete(4) actions
+    policy = ThreeLogits(observation_space=env.observation_space("agent_0"), action_space=env.action_space("agent_0"))
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*one logit per action of its action space "
+                                         r"Discrete\(4\).*returns \(3,\) values per sample, expected 4"):
+        ppo_with_policy(policy, env, tmp_path, algorithm)
+
+
+def test_a_policy_built_for_another_action_space_is_refused_at_construction(tmp_path):
+    from toy_envs import CountingEnv
+
+    from marlparts.envs import wrap_env
+
+    env = wrap_env(lambda: CountingEnv(), num_envs=2, seed=0)
+    policy = Policy(observation_space=env.observation_space("agent_0"), action_space=gymnasium.spaces.Discrete(3))
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*Discrete\(4\).*expected 4 \(it was built "
+                                         r"for action_space=Discrete\(3\)\)"):
+        ppo_with_policy(policy, env, tmp_path)
+
+
+def test_a_gaussian_policy_with_a_mean_of_the_wrong_size_is_refused_at_construction(tmp_path):
+    from toy_envs import ContinuousEnv
+
+    from marlparts.envs import wrap_env
+
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)  # Box(-1, 1, (2,)) actions
+    policy = Gaussian(observation_space=env.observation_space("agent_0"),
+                      action_space=gymnasium.spaces.Box(-1, 1, (3,), np.float32))
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*returns \(3,\) values per sample, expected 2"):
+        ppo_with_policy(policy, env, tmp_path)

@@ -123,7 +123,7 @@ def _unclipped_value_loss(agent):
 
 def test_bad_recurrent_settings_are_named():
     env = wrap_env(lambda: CueEnv(length=4), num_envs=2, seed=0)
-    with pytest.raises(ValueError, match=r"sequence_length'\] is 0 but cfg\['rollouts'\] is 16"):
+    with pytest.raises(ValueError, match=r"cfg\['sequence_length'\] must be a whole number >= 1, got 0"):
         build(env, cfg={"sequence_length": 0})
     with pytest.raises(TypeError, match=r"models\['agent_0'\]\['policy'\] is recurrent, but MAPPO does not train on "
                                         "sequences: use RecurrentMAPPO or RecurrentIPPO"):

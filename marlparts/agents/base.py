@@ -14,6 +14,7 @@ import gymnasium
 import torch
 
 from marlparts.agents.common.checkpoints import CheckpointMixin
+from marlparts.agents.common.config_ranges import ALGORITHM_CONFIG_RANGES
 from marlparts.agents.common.groups import AgentGroup, build_groups
 from marlparts.agents.common.optimization import OptimizationMixin
 from marlparts.agents.common.stacking import StackedTrainedModel
@@ -24,7 +25,7 @@ from marlparts.models.base import Model
 from marlparts.models.recurrent import is_recurrent
 from marlparts.models.stacked import StackedModels
 from marlparts.utils.agent_tensors import stack_agents
-from marlparts.utils.config import agreed_value, check_config, merge_config
+from marlparts.utils.config import agreed_value, check_config, check_ranges, merge_config
 from marlparts.utils.distributed import (
     broadcast_tensors,
     check_same_on_every_rank,
@@ -57,7 +58,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
 
     Agents whose models are the same instances form an :class:`AgentGroup`, run as one batch.
     Configuration is checked and resolved once, here: types, per-agent values (every agent id
-    named, no unknown id; agents of one group must agree) and, for values that belong to a
+    named, no unknown id; agents of one group must agree), ranges (:mod:`~marlparts.agents.common.config_ranges`:
+    ``discount_factor`` in ``[0, 1]``, ``learning_epochs`` >= 1, ...) and, for values that belong to a
     model such as its learning rate, agreement among the agents that share it.
 
     A run continues across several ``train()`` calls and across :meth:`save` / :meth:`load`:
@@ -96,6 +98,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {})
         check_config(self.cfg, self.DEFAULT_CONFIG, possible_agents=self.possible_agents,
                      per_agent_keys=self.PER_AGENT_KEYS)
+        check_ranges(self.cfg, ALGORITHM_CONFIG_RANGES)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         # a team's algorithm takes the env's whole space dicts and keeps its own agents' entries
         self.observation_spaces = self._per_agent_dict(observation_spaces, "observation_spaces", other_agents=True)

@@ -33,10 +33,11 @@ class BatchedSimulatorEnv(MultiAgentEnv):
         self.action_layout = AgentLayout(uids, [action_size(self._action_spaces[u]) for u in uids])
         self.agent_layout = AgentLayout(uids, [1] * len(uids))
         bounds = [action_bounds(self._action_spaces[u]) for u in uids]
+        largest = float(np.finfo(np.float32).max)  # an unbounded Box still takes finite actions only
         self._action_low = torch.as_tensor(np.concatenate([low for low, _ in bounds]), dtype=torch.float32,
-                                           device=self.device)
+                                           device=self.device).clamp(min=-largest)
         self._action_high = torch.as_tensor(np.concatenate([high for _, high in bounds]), dtype=torch.float32,
-                                            device=self.device)
+                                            device=self.device).clamp(max=largest)
         self._integer_agents = [u for u in uids if not isinstance(self._action_spaces[u], gymnasium.spaces.Box)]
         self._one_kind_of_action = len(self._integer_agents) in (0, len(uids))
         self._all_active = AgentTensors(torch.ones(self.num_envs, len(uids), dtype=torch.bool, device=self.device),
@@ -60,7 +61,24 @@ class BatchedSimulatorEnv(MultiAgentEnv):
         if isinstance(per_agent[0], dict):
             per_agent = [torch.cat([obs[key].reshape(self.num_envs, -1) for key in self._observation_spaces[uid].spaces],
                                    dim=1) for uid, obs in zip(self.possible_agents, per_agent)]
-        return concatenate_observations(per_agent, self.num_envs)
+        try:
+            flat = concatenate_observations(per_agent, self.num_envs)
+        except RuntimeError:  # an observation whose size is no multiple of num_envs
+            flat = None
+        if flat is None or flat.shape[1] != self.observation_layout.total:  # one width check for every agent
+            self._raise_misfit(per_agent)
+        return flat
+
+    def _raise_misfit(self, per_agent: Sequence[Any]) -> None:
+        """Name the first agent whose observation is not ``(num_envs, its flat size)``."""
+        for uid, obs, width in zip(self.possible_agents, per_agent, self.observation_layout.widths):
+            if obs.numel() != self.num_envs * width:
+                raise ValueError(f"the observation of agent {uid!r} has shape {tuple(obs.shape)}, expected "
+                                 f"{(self.num_envs, width)} (num_envs, the {width} values of its space "
+                                 f"{self._observation_spaces[uid]})")
+        raise ValueError(f"the observations have shapes {[tuple(obs.shape) for obs in per_agent]}, expected "
+                         f"{[(self.num_envs, width) for width in self.observation_layout.widths]} for "
+                         f"agents {self.possible_agents}")
 
     def _per_agent_flags(self, flags: torch.Tensor) -> AgentTensors:
         """A ``(num_envs,)`` per-copy flag as every agent's ``(num_envs, 1)`` flag (one view, no copy)."""
@@ -136,6 +154,9 @@ class BatchedSimulatorEnv(MultiAgentEnv):
         row, column = (int(i) for i in torch.nonzero(~inside)[0])
         uid = self.action_layout.uid_at(column)
         columns = self.action_layout.columns(uid)
+        if not bool(torch.isfinite(joint[row, column])):
+            raise ValueError(f"action for agent {uid!r} in env copy {row} is {joint[row, columns].tolist()}, which is not "
+                             f"finite; the env was not stepped (action space {self._action_spaces[uid]})")
         raise ValueError(f"action for agent {uid!r} in env copy {row} is {joint[row, columns].tolist()}, outside its action "
                          f"space {self._action_spaces[uid]} (clip it, e.g. clip_actions = True on a Gaussian policy)")
 

@@ -12,6 +12,14 @@ import gymnasium
 import numpy as np
 
 from marlparts.envs.layout import EnvLayout
+from marlparts.envs.misfits import (
+    flag_error,
+    mask_size_error,
+    missing_observation_error,
+    observation_error,
+    reward_error,
+    size_error,
+)
 from marlparts.utils.seeding import derived_seed
 from marlparts.utils.spaces import flatten_into
 
@@ -196,19 +204,28 @@ class CopyBlock:
         if "env_info" in self.b:
             self._write_env_infos(row, infos)
         reward_row, term_row, trunc_row = self.b["reward"][row], self.b["terminated"][row], self.b["truncated"][row]
-        index = self.agent_index
-        for uid, value in rewards.items():
-            reward_row[index[uid]] = value
+        index, agents = self.agent_index, self.layout.possible_agents
+        try:
+            for uid, value in rewards.items():
+                reward_row[index[uid]] = value
+        except (KeyError, TypeError, ValueError):
+            raise reward_error(rewards, row, agents) from None
         ended = []
-        for uid, flag in terminated.items():
-            if flag:
-                term_row[index[uid]] = True
-                ended.append(uid)
-        for uid, flag in truncated.items():
-            if flag:
-                trunc_row[index[uid]] = True
-                if not terminated.get(uid, False):
+        try:
+            for uid, flag in terminated.items():
+                if flag:
+                    term_row[index[uid]] = True
                     ended.append(uid)
+        except KeyError:
+            raise flag_error("a termination flag", terminated, row, agents) from None
+        try:
+            for uid, flag in truncated.items():
+                if flag:
+                    trunc_row[index[uid]] = True
+                    if not terminated.get(uid, False):
+                        ended.append(uid)
+        except KeyError:
+            raise flag_error("a truncation flag", truncated, row, agents) from None
         if not env.agents:
             self._write_observations(env, row, obs, infos, ended=set(obs), after_reset=False)
             self._write_final_state(row)
@@ -314,24 +331,34 @@ class CopyBlock:
         layout, obs_row = self.layout, self.b["obs"][row]
         obs_row[:] = 0.0
         live = set(env.agents)
+        if not live <= obs.keys():  # an agent that plays on needs an observation to act on
+            raise missing_observation_error(live, obs, row, layout.possible_agents)
         active_row = self.b["active"][row]
         for j, uid in enumerate(layout.possible_agents):
             active_row[j] = uid in live
-        for uid, value in obs.items():
-            if layout.mask_in_observation:
-                value = value["observation"]
-            columns = self.obs_columns[uid]
-            if uid in ended:
-                flatten_into(layout.observation_spaces[uid], value, self.b["final_obs"][row, columns])
-                obs_row[columns] = 0.0
-            else:
-                flatten_into(layout.observation_spaces[uid], value, obs_row[columns])
+        try:
+            for uid, value in obs.items():
+                if layout.mask_in_observation:
+                    value = value["observation"]
+                columns = self.obs_columns[uid]
+                if uid in ended:
+                    flatten_into(layout.observation_spaces[uid], value, self.b["final_obs"][row, columns])
+                    obs_row[columns] = 0.0
+                else:
+                    flatten_into(layout.observation_spaces[uid], value, obs_row[columns])
+        except (KeyError, TypeError, ValueError) as error:
+            raise observation_error(uid, row, live, layout.observation_spaces.get(uid), error,
+                                    layout.possible_agents) from error
         if "state" in self.b:
             try:
                 state = env.state()
             except Exception as error:
                 raise _CopyRaised(row, "state()", error, episode_over=after_reset) from error
-            self.b["state"][row] = np.asarray(state, dtype=np.float32).reshape(-1)
+            state, target = np.asarray(state, dtype=np.float32), self.b["state"][row]
+            if state.size != target.size:  # one number is not spread over the whole state
+                raise size_error(f"the state() of env copy {row}", state, target.size,
+                                 f"the state space {layout.state_space} holds")
+            target[:] = state.reshape(-1)
         if layout.has_masks:
             self._write_masks(row, obs, infos, live, ended)
 
@@ -344,7 +371,10 @@ class CopyBlock:
         for uid, target in [(uid, mask_row) for uid in live] + [(uid, self.b["final_mask"][row]) for uid in ended]:
             mask = self._mask_of(uid, obs, infos)
             if mask is not None:
-                target[self.mask_columns[uid]] = np.asarray(mask, dtype=bool).reshape(-1)
+                mask, columns = np.asarray(mask, dtype=bool), self.mask_columns[uid]
+                if mask.size != columns.stop - columns.start:  # one flag is not spread over every action
+                    raise mask_size_error(uid, row, mask, self.layout.action_spaces[uid], columns.stop - columns.start)
+                target[columns] = mask.reshape(-1)
         for uid in live:
             if not mask_row[self.mask_columns[uid]].any():
                 raise ValueError(f"the action mask of agent {uid!r} in env copy {row} allows no action, but the agent "

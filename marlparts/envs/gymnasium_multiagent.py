@@ -30,13 +30,14 @@ def _tuple_spaces(space: Any) -> Optional[List[gymnasium.Space]]:
 
 def is_gymnasium_multi_agent(env: Any) -> bool:
     """Whether ``env`` is a Gymnasium env of the multi-agent convention: a ``Tuple`` observation space and a
-    ``Tuple`` action space with one entry per agent (and no PettingZoo interface of its own).
+    ``Tuple`` action space (one entry per agent, which :class:`GymnasiumMultiAgentEnv` checks) and no PettingZoo
+    interface of its own.
     """
     if hasattr(env, "possible_agents") or not hasattr(env, "step") or not hasattr(env, "reset"):
         return False
     observations = _tuple_spaces(getattr(env, "observation_space", None))
     actions = _tuple_spaces(getattr(env, "action_space", None))
-    return observations is not None and actions is not None and len(observations) == len(actions)
+    return observations is not None and actions is not None  # (tuples of different lengths: an error, not another kind)
 
 
 def env_time_limit(env: Any) -> Optional[int]:
@@ -157,6 +158,10 @@ class GymnasiumMultiAgentEnv:
         self.env = env
         self._observation_spaces = _tuple_spaces(env.observation_space)
         self._action_spaces = _tuple_spaces(env.action_space)
+        if len(self._observation_spaces) != len(self._action_spaces):
+            raise ValueError(f"{type(env).__name__}: its observation_space has {len(self._observation_spaces)} entries "
+                             f"and its action_space {len(self._action_spaces)}; a Gymnasium multi-agent env has one entry "
+                             "per agent in each")
         self.possible_agents: List[str] = [f"agent_{i}" for i in range(len(self._observation_spaces))]
         self._index = {uid: i for i, uid in enumerate(self.possible_agents)}
         if time_limit == "auto":

@@ -106,7 +106,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         self.env_failures = 0
         self.possible_agents = list(self.layout.possible_agents)
         self._agent_ids = frozenset(self.possible_agents)
-        self._action_bounds = self._integer_action_bounds()
+        self._action_bounds = self._all_action_bounds()
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.seed = seed
@@ -256,26 +256,30 @@ class PettingZooParallelWrapper(MultiAgentEnv):
                 raise ValueError(f"action for agent {uid!r} has shape {action.shape}, expected {expected} "
                                  f"for action space {space}")
             buffer[:, columns] = action
-        if self._action_bounds is not None:  # every integer action inside its space, checked at once
-            low, high = self._action_bounds
-            outside = (buffer < low) | (buffer > high)
-            if outside.any():
-                row, column = (int(i[0]) for i in np.nonzero(outside))
-                uid = layout.uid_at(column)
-                raise ValueError(f"action for agent {uid!r} in env copy {row} is {int(buffer[row, column])}, outside "
-                                 f"its action space {self.layout.action_spaces[uid]}")
+        low, high = self._action_bounds  # every action checked at once: integers inside their space, floats finite
+        inside = (buffer >= low) & (buffer <= high)  # NaN is outside
+        if not inside.all():
+            row, column = (int(i[0]) for i in np.nonzero(~inside))
+            uid = layout.uid_at(column)
+            space = self.layout.action_spaces[uid]
+            if not np.isfinite(buffer[row, column]):
+                raise ValueError(f"action for agent {uid!r} in env copy {row} is {buffer[row, layout.columns(uid)].tolist()}, "
+                                 f"which is not finite; the env was not stepped (action space {space})")
+            raise ValueError(f"action for agent {uid!r} in env copy {row} is {int(buffer[row, column])}, outside "
+                             f"its action space {space}")
 
-    def _integer_action_bounds(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
-        """``(low, high)`` per action column: an integer action must lie in ``[low, high]``; the columns of
-        continuous actions are unbounded here. None when no agent has an integer action space.
+    def _all_action_bounds(self) -> Tuple[np.ndarray, np.ndarray]:
+        """``(low, high)`` per action column: an integer action must lie in ``[low, high]``; a continuous one
+        must be finite (the copies clip it into its ``Box``).
         """
         layout = self.layout.actions
-        low, high = np.full(layout.total, -np.inf), np.full(layout.total, np.inf)
-        integer_agents = [uid for uid in self.possible_agents if is_discrete(self.layout.action_spaces[uid])]
-        for uid in integer_agents:  # (the layout's spaces count from 0)
-            columns = layout.columns(uid)
-            low[columns], high[columns] = action_bounds(self.layout.action_spaces[uid])
-        return (low, high) if integer_agents else None
+        largest = np.finfo(np.float64).max
+        low, high = np.full(layout.total, -largest), np.full(layout.total, largest)
+        for uid in self.possible_agents:  # (the layout's spaces count from 0)
+            if is_discrete(self.layout.action_spaces[uid]):
+                columns = layout.columns(uid)
+                low[columns], high[columns] = action_bounds(self.layout.action_spaces[uid])
+        return low, high
 
     @staticmethod
     def _action_array(uid: str, action: Any, space: gymnasium.Space) -> np.ndarray:

@@ -76,8 +76,9 @@ class Model(nn.Module):
             raise ValueError(f"{what}: the model {type(self).__name__} fails on a ({2}, {expected}) input batch; "
                              f"its layers do not match its observation space: {error}") from error
         if outputs is not None and tuple(output.shape) != (2, outputs):
+            built_for = f" (it was built for action_space={self.action_space})" if self.action_space is not None else ""
             raise ValueError(f"{what}: the model {type(self).__name__} returns {tuple(output.shape[1:])} values per "
-                             f"sample, expected {outputs}")
+                             f"sample, expected {outputs}{built_for}")
 
     def update_parameters(self, source: nn.Module, *, polyak: float = 1.0) -> None:
         """Copy (``polyak=1``) or soft-update (``θ ← polyak·θ_source + (1−polyak)·θ``) from ``source``."""

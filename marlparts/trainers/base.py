@@ -9,9 +9,19 @@ from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.callbacks import Callback
 from marlparts.trainers.opponents import Opponents, check_seats
 from marlparts.utils.agent_tensors import stack_agents
-from marlparts.utils.config import merge_config
+from marlparts.utils.config import Allowed, check_config, check_ranges, merge_config
 from marlparts.utils.devices import same_device
 from marlparts.utils.seeding import OPPONENT_STREAM, TRAINING_STREAM, derived_seed
+
+#: The values the trainers' numeric options take (the keys a trainer's config has are checked).
+TRAINER_CONFIG_RANGES: Dict[str, Allowed] = {
+    "timesteps": Allowed(0, integer=True),
+    "progress_interval": Allowed(0),                 # 0: a line at every step
+    "eval_interval": Allowed(0, integer=True),        # 0: no evaluation during training
+    "eval_episodes": Allowed(1, integer=True),
+    "eval_num_envs": Allowed(1, integer=True, words=(None,)),
+    "video_fps": Allowed(0, open_low=True),
+}
 
 
 class EpisodeInfo(NamedTuple):
@@ -134,7 +144,8 @@ class Trainer:
     Args:
         env: the wrapped environment.
         agents: one algorithm, or several that each own a disjoint subset of the agent ids.
-        cfg: trainer options (see the subclass).
+        cfg: trainer options (see the subclass); their types and ranges (:data:`TRAINER_CONFIG_RANGES`) are
+            checked here.
         eval_env: the env copies :meth:`eval` runs on; by default the trainer makes them with
             ``env.make_evaluation_env`` (separate copies, seeded apart from the training ones).
         callbacks: :class:`~marlparts.trainers.callbacks.Callback` objects, called at each step,
@@ -152,6 +163,8 @@ class Trainer:
                  callbacks: Sequence[Callback] = (), opponents: Optional[Mapping[str, Any]] = None) -> None:
         self.env = env
         self.cfg = merge_config(self.DEFAULT_CONFIG, cfg or {}, path="trainer cfg")
+        check_config(self.cfg, self.DEFAULT_CONFIG, possible_agents=(), per_agent_keys=(), path="trainer cfg")
+        check_ranges(self.cfg, TRAINER_CONFIG_RANGES, path="trainer cfg")
         self.agents: List[MultiAgent] = list(agents) if isinstance(agents, (list, tuple)) else [agents]
         self.opponents = (Opponents(opponents, env, seed=derived_seed(env.seed, OPPONENT_STREAM, TRAINING_STREAM))
                           if opponents else None)

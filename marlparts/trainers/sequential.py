@@ -9,14 +9,16 @@ import numpy as np
 import torch
 
 from marlparts.envs.base import MultiAgentEnv
-from marlparts.trainers.base import EpisodeStatistics, Trainer
-from marlparts.trainers.evaluation import collect_episodes, learning_curve_point, summarise
+from marlparts.trainers.base import TRAINER_CONFIG_RANGES, EpisodeStatistics, Trainer
+from marlparts.trainers.evaluation import TEAM_RETURNS, collect_episodes, learning_curve_point, summarise
 from marlparts.trainers.opponents import Opponents
 from marlparts.trainers.progress import Progress
 from marlparts.utils.distributed import all_gather_tensors, is_main_process, rank_and_world_size
 from marlparts.utils.files import append_json_line, write_json_atomically
 from marlparts.utils.seeding import EVALUATION_STREAM, OPPONENT_STREAM, SAMPLING_STREAM, TRAINING_STREAM, derived_seed
 from marlparts.utils.video import save_video
+
+EVAL_ACTIONS = ("greedy", "sampled", "both")
 
 SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "timesteps": 100_000,          # vectorized steps per train() call (each steps every env copy)
@@ -30,7 +32,7 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "team_return": "mean",         # a team's return of an episode: the "mean" or the "sum" of its agents' returns
     "eval_video": False,           # eval() records the first episode of evaluation copy 0 (render_mode="rgb_array")
     "video_format": "mp4",         # "mp4" or "gif" (imageio: pip install 'marlparts[video]')
-    "video_fps": 10,
+    "video_fps": 10.0,
     "close_environment_at_exit": False,
 }
 
@@ -61,6 +63,9 @@ class SequentialTrainer(Trainer):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        for key, choices in (("eval_actions", EVAL_ACTIONS), ("team_return", TEAM_RETURNS)):
+            if self.cfg[key] not in choices:
+                raise ValueError(f"trainer cfg['{key}'] must be one of {choices}, got {self.cfg[key]!r}")
         env = self.env
         self.statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
@@ -248,13 +253,14 @@ class SequentialTrainer(Trainer):
             to ``evaluations.jsonl``, in the experiment folder of each algorithm that played a seat (an
             evaluation of fixed policies in every seat of an algorithm leaves its files as they were).
         """
+        episodes = self.cfg["eval_episodes"] if episodes is None else episodes
+        TRAINER_CONFIG_RANGES["eval_episodes"].check("eval(episodes=)", episodes)
         env = self._evaluation_env()
-        episodes = int(episodes or self.cfg["eval_episodes"])
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
         # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
         seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
-        passes = {"greedy": ["greedy"], "sampled": ["sampled"], "both": ["greedy", "sampled"]}[self.cfg["eval_actions"]]
+        passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
         reports = {}
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))

@@ -7,7 +7,10 @@ given for them replaces the default whole instead of being merged into it.
 
 import copy
 import difflib
-from typing import Any, Collection, Dict, Mapping, Sequence
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Collection, Dict, Mapping, Optional, Sequence, Tuple
 
 
 def _closest(word: str, choices: Collection[str]) -> str:
@@ -89,6 +92,77 @@ def check_config(cfg: Mapping[str, Any], defaults: Mapping[str, Any], *, possibl
             raise KeyError(f"{where} is given per agent but has no value for {missing}")
         for uid, agent_value in value.items():
             _check_value(f"{where}[{uid!r}]", agent_value, default)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The values a numeric setting takes: a finite number (``integer``: a whole one) from ``low`` to ``high``
+    (an end left out where ``open_low`` / ``open_high``), or one of the ``words`` (``"auto"``, ``None``).
+
+    ``Allowed(0, 1)`` is ``[0, 1]``, ``Allowed(0, open_low=True)`` is ``> 0``, ``Allowed(1, integer=True)``
+    is a whole number ``>= 1``.
+    """
+
+    low: Optional[float] = None
+    high: Optional[float] = None
+    open_low: bool = False
+    open_high: bool = False
+    integer: bool = False
+    words: Tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        """What the setting takes, in words: ``"a number in [0, 1]"``, ``"'auto' or a whole number >= 1"``."""
+        kind = "a whole number" if self.integer else "a number"
+        if self.low is not None and self.high is not None:
+            bounds = f" in {'(' if self.open_low else '['}{self.low:g}, {self.high:g}{')' if self.open_high else ']'}"
+        elif self.low is not None:
+            bounds = f" {'>' if self.open_low else '>='} {self.low:g}"
+        elif self.high is not None:
+            bounds = f" {'<' if self.open_high else '<='} {self.high:g}"
+        else:
+            bounds = ""
+        return " or ".join([repr(word) for word in self.words] + [kind + bounds])
+
+    def check(self, where: str, value: Any) -> None:
+        """Raise naming ``where`` and ``value`` unless ``value`` is allowed: ``TypeError`` for a value that is
+        not a number (or not a whole one where one is needed), ``ValueError`` for one out of range or not finite.
+        """
+        if any(value is word or (isinstance(word, str) and value == word) for word in self.words):
+            return
+        whole = isinstance(value, numbers.Integral)
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or (self.integer and not whole):
+            raise TypeError(f"{where} must be {self.describe()}, got {value!r} ({type(value).__name__})")
+        if not whole and not math.isfinite(value):
+            raise ValueError(f"{where} must be {self.describe().replace('a number', 'a finite number')}, got {value!r}")
+        below = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        above = self.high is not None and (value >= self.high if self.open_high else value > self.high)
+        if below or above:
+            raise ValueError(f"{where} must be {self.describe()}, got {value!r}")
+
+
+def check_ranges(cfg: Mapping[str, Any], ranges: Mapping[str, Any], *, path: str = "cfg") -> None:
+    """Check every setting of ``cfg`` that ``ranges`` names against its :class:`Allowed` values.
+
+    ``ranges`` maps a key to an :class:`Allowed`, or to a dict of ranges for a nested section
+    (``"experiment"``); keys ``cfg`` does not have are skipped. A value given per agent
+    (``{agent_id: value}``) is checked agent by agent, and an error names the agent.
+
+    Raises:
+        TypeError: a value that is not a number, or not a whole one where one is needed.
+        ValueError: a number out of its range, or not finite.
+    """
+    for key, allowed in ranges.items():
+        if key not in cfg:
+            continue
+        value, where = cfg[key], f"{path}[{key!r}]"
+        if isinstance(allowed, Mapping):
+            if isinstance(value, Mapping):
+                check_ranges(value, allowed, path=where)
+        elif isinstance(value, Mapping):  # per agent
+            for uid, agent_value in value.items():
+                allowed.check(f"{where}[{uid!r}]", agent_value)
+        else:
+            allowed.check(where, value)
 
 
 def agent_value(cfg: Mapping[str, Any], key: str, uid: str) -> Any:

@@ -70,12 +70,23 @@ def from_zero(space: gymnasium.Space) -> gymnasium.Space:
     return gymnasium.spaces.MultiDiscrete(space.nvec, dtype=space.dtype)
 
 
+class MisfitError(ValueError):
+    """A value that does not fit its space: it flattens to another number of values than the space holds."""
+
+
 def flatten_into(space: gymnasium.Space, value: Any, out: np.ndarray) -> None:
-    """Write the flattened ``value`` of ``space`` into the 1-D array ``out`` (no allocation for Box)."""
-    if isinstance(space, gymnasium.spaces.Box):
-        out[:] = np.asarray(value, dtype=np.float32).reshape(-1)
-    else:
-        out[:] = gymnasium.spaces.flatten(space, value)
+    """Write the flattened ``value`` of ``space`` into the 1-D array ``out`` (no allocation for Box).
+
+    Raises:
+        MisfitError: ``value`` flattens to another number of values than ``out`` holds (a single number is
+            not spread over a space of several).
+        ValueError, TypeError: ``value`` is not numeric, or gymnasium cannot flatten it for ``space``.
+    """
+    flat = np.asarray(value, dtype=np.float32) if isinstance(space, gymnasium.spaces.Box) else \
+        gymnasium.spaces.flatten(space, value)
+    if flat.size != out.size:
+        raise MisfitError(f"has shape {np.shape(value)} ({flat.size} values), but its space {space} holds {out.size}")
+    out[:] = flat.reshape(-1)
 
 
 def unflatten(space: gymnasium.Space, tensor: torch.Tensor) -> Any:

@@ -7,7 +7,6 @@ actions in :meth:`~OffPolicyMultiAgent.act`, and writes one gradient step in
 """
 
 import copy
-import numbers
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -74,9 +73,7 @@ class OffPolicyMultiAgent(MultiAgent):
         self._evaluation_noises: Dict[int, Optional[Noise]] = {}
         self._has_action_mask = False
         self._joint_columns: Dict[tuple, Optional[torch.Tensor]] = {}
-        n_step = self.cfg["n_step"]
-        if isinstance(n_step, bool) or not isinstance(n_step, numbers.Integral) or n_step < 1:
-            raise ValueError(f"cfg['n_step'] must be a whole number of steps >= 1, got {n_step!r}")
+        n_step = self.cfg["n_step"]  # a whole number >= 1: checked with the other ranges
         if n_step > 1 and not self.SUPPORTS_N_STEP:
             raise ValueError(f"{type(self).__name__} learns from one-step targets: cfg['n_step'] must be 1, got {n_step} "
                              "(n-step returns are supported by QMIX and VDN)")

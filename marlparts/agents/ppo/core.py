@@ -133,8 +133,11 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         for group in self.groups:
             first = group.uids[0]
             policy, value = group.models["policy"], group.models["value"]
-            policy.check_input_size(expected=flat_size(self.observation_spaces[first]),
-                                    what=f"models[{first!r}]['policy'] (observation space of {first!r})")
+            action_space = self.action_spaces[first]  # one logit per action, or one mean per action column
+            policy.check_input_size(expected=flat_size(self.observation_spaces[first]), outputs=flat_size(action_space),
+                                    what=f"models[{first!r}]['policy'] (observation space of {first!r} in, "
+                                         f"{'one logit per action' if is_discrete(action_space) else 'the mean action'} "
+                                         f"of its action space {action_space} out)")
             inputs, outputs = self.value_model_shape(first)
             value.check_input_size(expected=inputs, outputs=outputs, what=f"models[{first!r}]['value']"
                                    f" ({type(self).__name__} critic of {first!r}{self.critic_hint()})")
