@@ -70,7 +70,7 @@ def parameters_vector(model):
 def greedy_return_after_training(env, agent, budget, episodes=100):
     """Train ``agent`` on ``env`` for ``budget`` env steps, then the mean greedy return over ``episodes``."""
     trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": budget // env.num_envs,
-                                                             "disable_progressbar": True})
+                                                             "disable_progressbar": True, "eval_actions": "greedy"})
     trainer.train()
     result = trainer.eval(episodes=episodes)
     env.close()

@@ -60,8 +60,7 @@ def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its
 
 def test_a_grid_runs_on_a_local_ray_instance(tmp_path):
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ["PYTHONPATH"]}})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # its workers inherit PYTHONPATH
     try:
         progress = run_grid(tiny_grid(tasks=("steps3", "broken")), str(tmp_path), ray_address="auto",
                             report=lambda line: None)

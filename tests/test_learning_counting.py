@@ -1,11 +1,13 @@
-"""Short learning runs of VDAC, COMA, MFQ and MFAC on the counting task, each beside a broken copy of itself.
+"""Short learning runs of VDAC, COMA, MFQ, MFAC, IA2C and MAA2C on the counting task, each beside a broken copy of
+itself.
 
 Every step rewards the action taken (0..3) over 5-step episodes, and ``agent_1`` leaves after its third
 step, so inactive steps are in play: the best mean return over the agents is (15 + 9 + 15) / 3 = 13 and
 uniform random actions score 6.5. Each algorithm must reach 12 after its budget, and the same algorithm
 with one sign turned (the advantages for the actor-critics, the rewards of the TD target for MFQ) must
 stay below it: it learns to pick the worst action. Measured with these settings (seed 0): each of the
-four reached 13.0, and each broken copy 0.0.
+four reached 13.0, and each broken copy 0.0; IA2C and MAA2C (one gradient step per rollout) 13.0 and
+13.0, their broken copies 1.33 and 0.33.
 """
 
 import gymnasium
@@ -17,6 +19,10 @@ from toy_envs import CountingEnv
 from marlparts.agents import (
     COMA,
     COMA_DEFAULT_CONFIG,
+    IA2C,
+    IA2C_DEFAULT_CONFIG,
+    MAA2C,
+    MAA2C_DEFAULT_CONFIG,
     MFAC,
     MFAC_DEFAULT_CONFIG,
     MFQ,
@@ -62,11 +68,16 @@ def build(name, env, broken):
         memories = {u: RandomMemory(memory_size=500, num_envs=env.num_envs) for u in env.possible_agents}
         algorithm = FlippedRewardMFQ if broken else MFQ
     else:
-        defaults = {"vdac": VDAC_DEFAULT_CONFIG, "coma": COMA_DEFAULT_CONFIG, "mfac": MFAC_DEFAULT_CONFIG}[name]
+        defaults = {"vdac": VDAC_DEFAULT_CONFIG, "coma": COMA_DEFAULT_CONFIG, "mfac": MFAC_DEFAULT_CONFIG,
+                    "ia2c": IA2C_DEFAULT_CONFIG, "maa2c": MAA2C_DEFAULT_CONFIG}[name]
         cfg = defaults.copy()
-        cfg.update(rollouts=10, mini_batches=2, learning_rate=3e-3, discount_factor=0.9)
-        if name == "vdac":
+        cfg.update(rollouts=10, learning_rate=3e-3, discount_factor=0.9)
+        if name not in ("ia2c", "maa2c"):  # A2C keeps its one gradient step per rollout
+            cfg["mini_batches"] = 2
+        if name in ("vdac", "ia2c"):
             value = Value(observation_space=obs_space)
+        elif name == "maa2c":
+            value = Value(observation_space=env.state_space, output_size=len(env.possible_agents))
         elif name == "coma":
             value = Value(observation_space=joint_space([env.state_space, gymnasium.spaces.Box(0, 1, (3 * ACTIONS + 3,))]),
                           output_size=ACTIONS)
@@ -74,7 +85,7 @@ def build(name, env, broken):
             value = Value(observation_space=with_mean, output_size=ACTIONS)
         models = {u: {"policy": policy, "value": value} for u in env.possible_agents}
         memories = {u: RandomMemory(memory_size=10, num_envs=env.num_envs) for u in env.possible_agents}
-        algorithm = {"vdac": VDAC, "coma": COMA, "mfac": MFAC}[name]
+        algorithm = {"vdac": VDAC, "coma": COMA, "mfac": MFAC, "ia2c": IA2C, "maa2c": MAA2C}[name]
         algorithm = flipped_advantages(algorithm) if broken else algorithm
     cfg["experiment"].update(tensorboard=False, csv=False, checkpoint_interval=0)
     return algorithm(possible_agents=env.possible_agents, models=models, memories=memories,
@@ -92,7 +103,7 @@ def greedy_return(name, broken, timesteps=600, seed=0):
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("name", ["vdac", "coma", "mfq", "mfac"])
+@pytest.mark.parametrize("name", ["vdac", "coma", "mfq", "mfac", "ia2c", "maa2c"])
 def test_learns_the_best_action_where_a_broken_copy_cannot(name):
     torch.set_num_threads(1)
     learned, broken = greedy_return(name, broken=False), greedy_return(name, broken=True)

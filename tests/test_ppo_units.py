@@ -330,3 +330,30 @@ def test_annealing_needs_its_number_of_steps_and_takes_a_final_scale_per_agent(t
     assert [agent.loss_settings(group)["entropy_loss_scale"] for group in agent.groups] == pytest.approx([0.01, 0.005, 0.0])
     constant = build_mappo(env, rollouts=4, directory=str(tmp_path))
     assert constant.loss_settings(constant.groups[0]) is constant.groups[0].cfg
+
+
+def test_a2c_losses_give_ppo_s_gradient_at_the_first_step_and_need_no_old_values():
+    from marlparts.agents.ppo.a2c import a2c_losses
+    from marlparts.agents.ppo.losses import ppo_losses
+
+    torch.manual_seed(0)
+    samples = 12
+    advantages, targets = torch.randn(samples, 1), torch.randn(samples, 1)
+    active = torch.rand(samples, 1) > 0.3
+    entropy = torch.rand(samples)
+    cfg = {"ratio_clip": 0.2, "entropy_loss_scale": 0.01, "clip_predicted_values": False, "value_clip": 0.2,
+           "value_loss_scale": 0.5}
+    gradients = []
+    for losses in (a2c_losses, ppo_losses):
+        log_prob = torch.randn(samples, 1).requires_grad_()
+        predicted = torch.randn(samples, 1).requires_grad_()
+        torch.manual_seed(1)
+        log_prob.data, predicted.data = torch.randn(samples, 1), torch.randn(samples, 1)
+        extra = {"old_log_prob": log_prob.detach(), "old_values": predicted.detach()} if losses is ppo_losses else {}
+        result = losses(log_prob=log_prob, advantages=advantages, entropy=entropy, predicted=predicted, targets=targets,
+                        active=active, cfg=cfg, model_sets=2, **extra)
+        (result["policy"] + result["value"]).backward()
+        gradients.append((log_prob.grad, predicted.grad, result["entropy"]))
+    for a2c, ppo in zip(*gradients):
+        assert torch.allclose(a2c, ppo, atol=1e-6)
+    assert gradients[0][0][~active].abs().max() == 0  # an inactive sample moves nothing

@@ -73,8 +73,9 @@ def make_env(task: str = TASK, num_envs: int = NUM_ENVS, workers: int = 0, seed:
 
 def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> IA2C:
     """IA2C with one shared policy and one shared critic (on each agent's own observation) for every agent of
-    ``env``, with IA2C's defaults (EPyMARL's LBF settings: one gradient step per 5-step rollout, learning rate
-    5e-4, entropy 0.001).
+    ``env``, with IA2C's defaults (EPyMARL's LBF settings: one gradient step per rollout, learning rate 5e-4,
+    entropy 0.001, no value normalisation) but 10-step rollouts and discount 0.95 (measured on
+    Foraging-2s-8x8-2p-2f-coop-v3, seed 0: 0.84 sampled at 400k env steps against 0.62 with 5 steps and 0.99).
     """
     uid = env.possible_agents[0]
     policy = Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
@@ -82,6 +83,8 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> I
     models = {uid: {"policy": policy, "value": value} for uid in env.possible_agents}
 
     cfg = IA2C_DEFAULT_CONFIG.copy()
+    cfg["rollouts"] = 10
+    cfg["discount_factor"] = 0.95  # a wasted step costs 5 %: the agents learn not to dawdle
     cfg["observation_preprocessor"] = RunningStandardScaler
     cfg["state_preprocessor"] = RunningStandardScaler
     cfg["experiment"]["directory"] = directory

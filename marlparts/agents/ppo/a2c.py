@@ -6,9 +6,15 @@ A2C takes one gradient step per rollout on the policy gradient ``-A log π(a|o)`
 ratio, no clipping) and on the critic's squared error, with an entropy bonus. It shares everything
 else with the PPO algorithms: groups of agents as batches, GAE, value normalisation, preprocessors,
 checkpoints. The defaults are EPyMARL's settings for LBF (learning rate 5e-4; entropy 0.001 for
-IA2C and 0.01 for MAA2C; returns over 5 and 10 steps), with GAE at λ = 1 over a short rollout in
-place of EPyMARL's fixed n-step return: each step's return then runs to the rollout's end, the
-classic A2C estimator.
+IA2C and 0.01 for MAA2C; returns over 5 and 10 steps; no value normalisation, EPyMARL's
+``standardise_returns: False``), with GAE at λ = 1 over a short rollout in place of EPyMARL's fixed
+n-step return: each step's return then runs to the rollout's end, the classic A2C estimator.
+
+Why no value normaliser by default: with one gradient step per rollout, a critic trained on
+standardised targets learns the state's value quickly, and its errors then steer the single policy
+step; on simple_spread IPPO in this regime collapsed to one action everywhere with the running
+scaler and with PopArt alike (``benchmarks/a2c_regime.py``), while the critic on raw returns,
+which moves slowly, lets the policy learn. Set ``cfg["value_preprocessor"]`` to use one.
 """
 
 from typing import Dict, Mapping
@@ -27,6 +33,7 @@ _A2C_SETTINGS = {
     "learning_rate": 5e-4,
     "gae_lambda": 1.0,             # each step's return runs to the rollout's end (then bootstrapped)
     "clip_predicted_values": False,
+    "value_preprocessor": None,    # EPyMARL's A2C standardises no returns (see the module's description)
 }
 
 IA2C_DEFAULT_CONFIG: Config = IPPO_DEFAULT_CONFIG.copy()
