@@ -107,5 +107,5 @@ def _steps(value: Optional[float]) -> str:
     if value is None:
         return "?"
     if value >= 1e6:
-        return f"{value / 1e6:g}M"
-    return f"{value / 1e3:g}k" if value >= 1e3 else f"{value:g}"
+        return f"{value / 1e6:.3g}M"
+    return f"{value / 1e3:.3g}k" if value >= 1e3 else f"{value:g}"
