@@ -35,6 +35,8 @@ def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its
     result = json.loads((tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_1" / "result.json").read_text())
     assert [point["env_steps"] for point in result["evaluations"]] == [0, 8, 16]
     assert all(len(point["sampled"]["episode_returns"]) == 4 for point in result["evaluations"])
+    import marlparts
+    assert result["code"]["marlparts"] == marlparts.__version__ and "torch" in result["code"]  # which code ran
     failure = json.loads((tmp_path / "runs" / "counting" / "broken" / "MAPPO" / "seed_0" / "failed.json").read_text())
     assert "this task always fails" in failure["log_tail"] and failure["returncode"] != 0
     assert os.path.isfile(failure["log"])

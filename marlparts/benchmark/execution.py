@@ -3,12 +3,17 @@
 import glob
 import json
 import os
+import platform
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+import torch
+
+import marlparts
 from marlparts.benchmark.grid import RunSpec
 
 LOG_TAIL_LINES = 40
@@ -26,6 +31,7 @@ class Outcome:
         error: why the run failed (None if it finished).
         log_tail: the log's last lines.
         log: the whole log, where the run's log was not written to a file of the driver's (Ray).
+        provenance: which code ran (:func:`code_provenance`).
     """
 
     finished: bool
@@ -35,6 +41,36 @@ class Outcome:
     error: Optional[str] = None
     log_tail: str = ""
     log: Optional[str] = None
+    provenance: Dict[str, Any] = field(default_factory=dict)
+
+
+def _git(folder: Optional[str], *arguments: str) -> Optional[str]:
+    """The output of ``git -C folder ...``, or None where ``folder`` is in no repository (or git is missing)."""
+    if folder is None:
+        return None
+    try:
+        done = subprocess.run(["git", "-C", folder, *arguments], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def code_provenance(run: RunSpec) -> Dict[str, Any]:
+    """Which code a run ran: per source (the script's folder, the marlparts package) its git commit and whether
+    its tracked files had changes, and the versions of marlparts, PyTorch and Python, and the host.
+    """
+    info: Dict[str, Any] = {"marlparts": marlparts.__version__, "torch": torch.__version__,
+                            "python": platform.python_version(), "host": socket.gethostname()}
+    sources = {"marlparts": os.path.dirname(os.path.abspath(marlparts.__file__))}
+    if run.script is not None:
+        sources["script"] = os.path.dirname(run.script)
+    for name, folder in sources.items():
+        commit = _git(folder, "rev-parse", "HEAD")
+        if commit is not None:
+            changes = _git(folder, "status", "--porcelain", "--untracked-files=no", "--", ".")
+            info[f"{name}_commit"] = commit
+            info[f"{name}_changed"] = bool(changes)
+    return info
 
 
 def command_of(run: RunSpec, directory: str) -> List[str]:
@@ -85,6 +121,7 @@ def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
     """
     os.makedirs(directory, exist_ok=True)
     command = command_of(run, directory)
+    provenance = code_provenance(run)
     environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1",
                        PYTHONUNBUFFERED="1")
     began = time.perf_counter()
@@ -105,12 +142,13 @@ def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
     seconds = time.perf_counter() - began
     if returncode != 0:
         return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path),
-                       error=f"the process exited with status {returncode}")
+                       error=f"the process exited with status {returncode}", provenance=provenance)
     try:
         evaluations = read_learning_curve(directory)
     except (ValueError, OSError, json.JSONDecodeError, KeyError) as error:
-        return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path), error=str(error))
-    return Outcome(True, returncode, evaluations, seconds=seconds, log_tail=_tail(log_path))
+        return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path), error=str(error),
+                       provenance=provenance)
+    return Outcome(True, returncode, evaluations, seconds=seconds, log_tail=_tail(log_path), provenance=provenance)
 
 
 def execute_elsewhere(run: RunSpec) -> Outcome:

@@ -114,12 +114,13 @@ def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
     spec = {key: value for key, value in asdict(run).items() if key != "arguments"}
     if outcome.finished:
         write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
-                               "evaluations": outcome.evaluations}, os.path.join(folder, RESULT_FILE))
+                               "code": outcome.provenance, "evaluations": outcome.evaluations},
+                              os.path.join(folder, RESULT_FILE))
         if os.path.exists(os.path.join(folder, FAILURE_FILE)):
             os.remove(os.path.join(folder, FAILURE_FILE))
     else:
         write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
-                               "returncode": outcome.returncode, "error": outcome.error,
+                               "code": outcome.provenance, "returncode": outcome.returncode, "error": outcome.error,
                                "log": os.path.join(attempt, "log.txt"), "log_tail": outcome.log_tail},
                               os.path.join(folder, FAILURE_FILE))
 
