@@ -159,6 +159,8 @@ def test_the_probability_of_improvement_favours_the_better_algorithm():
     ({"function": "a:b", "timesteps": -3}, "'timesteps' must be a positive int"),
     ({"function": "a:b", "colour": "red"}, "unknown key(s) ['colour']"),
     ({"script": "does/not/exist.py"}, "does not exist"),
+    ({"function": "a:b", "arguments": "--seed {seed}"}, "must be a list of strings"),
+    ({"function": "a:b", "arguments": ["--lr", "{learning_rate}"]}, "names 'learning_rate'"),
 ])
 def test_a_bad_grid_cell_is_an_error_that_names_it(cell, message):
     grid = Grid.from_dict({"timesteps": 10, "cells": [{"algorithm": "A", "environment": "e", "tasks": ["t"], **cell}]})
@@ -181,3 +183,51 @@ def test_a_run_held_by_another_live_driver_is_passed_over_and_a_stale_claim_take
     assert progress.elsewhere == [os.path.join("counting", "steps3", "MAPPO", "seed_0")]
     assert progress.done == 1 and not os.path.exists(os.path.join(held, "result.json"))
     assert os.path.exists(os.path.join(stale, "result.json")) and not os.path.exists(os.path.join(stale, "claim.json"))
+
+
+FAKE_SCRIPT = """
+import argparse, json, os
+parser = argparse.ArgumentParser()
+for name in ("--env", "--seed", "--timesteps", "--directory", "--evaluations", "--episodes"):
+    parser.add_argument(name)
+args = parser.parse_args()
+points = int(args.evaluations) - (1 if args.env == "short" else 0)
+os.makedirs(os.path.join(args.directory, "experiment"))
+with open(os.path.join(args.directory, "experiment", "evaluations.jsonl"), "w") as file:
+    for i in range(points):
+        returns = [float(i + int(args.seed))] * int(args.episodes)
+        file.write(json.dumps({"timestep": i, "env_steps": i * 10, "episodes": int(args.episodes),
+                               "sampled": {"mean_return": returns[0], "episode_returns": returns},
+                               "greedy": {"mean_return": returns[0], "episode_returns": returns}}) + "\\n")
+"""
+
+
+def script_grid(tmp_path, tasks, timesteps=30):
+    (tmp_path / "scripts").mkdir(exist_ok=True)
+    (tmp_path / "scripts" / "fake.py").write_text(FAKE_SCRIPT)
+    return Grid.from_dict({"seeds": [0], "evaluations": 3, "eval_episodes": 2, "timesteps": timesteps, "cells": [
+        {"algorithm": "Fake", "environment": "toy", "script": "scripts/fake.py", "tasks": list(tasks)}]},
+        base=str(tmp_path))
+
+
+def test_a_script_grid_in_a_relative_folder_and_its_checks_of_curves_and_settings(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    progress = run_grid(script_grid(tmp_path, ["full", "short"]), "results", workers=2, report=lambda line: None)
+    assert progress.done == 1  # the script runs in its own folder; its results land in the grid's
+    result = json.loads((tmp_path / "results" / "runs" / "toy" / "full" / "Fake" / "seed_0" / "result.json").read_text())
+    assert [point["env_steps"] for point in result["evaluations"]] == [0, 10, 20]
+    failure = json.loads((tmp_path / "results" / "runs" / "toy" / "short" / "Fake" / "seed_0" / "failed.json").read_text())
+    assert "where the grid asks for 3 evaluations" in failure["error"]  # a curve that would not line up is refused
+
+    with pytest.raises(ValueError, match="other settings than the grid's") as error:
+        run_grid(script_grid(tmp_path, ["full"], timesteps=60), "results", report=lambda line: None)
+    assert "toy/full/Fake/seed_0: timesteps 30 (the grid now: 60)" in str(error.value).replace(os.sep, "/")
+
+
+def test_runs_evaluated_at_different_steps_are_not_averaged():
+    data = {"toy": {"task": {"A": {
+        "run_0": {"step_0": {"step_count": 0, "episode_return": [1.0]}, "step_1": {"step_count": 10, "episode_return": [2.0]}},
+        "run_1": {"step_0": {"step_count": 0, "episode_return": [1.0]}, "step_1": {"step_count": 20, "episode_return": [3.0]}},
+    }}}}
+    with pytest.raises(ValueError, match="evaluated at different env steps"):
+        learning_curves(data, "toy", "task", "A")

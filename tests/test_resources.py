@@ -97,3 +97,19 @@ def test_popart_names_a_critic_whose_output_layer_it_cannot_find():
         PopArt(1).preserve_outputs_of(model)
     with pytest.raises(ValueError, match="size 2 cannot rescale"):
         PopArt(2).preserve_outputs_of(_value_model(outputs=3))
+
+
+def test_popart_refuses_a_critic_whose_outputs_do_not_come_from_its_output_layer_alone():
+    import pytest
+
+    from marlparts.resources import PopArt
+
+    squashed = _value_model(outputs=1)
+    squashed.compute = lambda inputs, role="": (10 * torch.tanh(squashed.net(inputs["observations"])), {})
+    shortcut = _value_model(outputs=1, inputs=1)
+    shortcut.compute = lambda inputs, role="": (shortcut.net(inputs["observations"]) + inputs["observations"], {})
+    for model in (squashed, shortcut):
+        weight = model.net[-1].weight.detach().clone()
+        with pytest.raises(ValueError, match="not that layer's outputs"):
+            PopArt(1).preserve_outputs_of(model)
+        assert torch.equal(model.net[-1].weight, weight)  # the check leaves the layer as it was

@@ -129,9 +129,10 @@ def main() -> None:
     steps = interval * (args.evaluations - 1) if args.evaluations else steps  # evaluations at equal intervals
     agent = make_agent(env, args.directory, entropy_annealing_timesteps=steps)
     if args.checkpoint:
-        agent.load(args.checkpoint)
+        agent.load(args.checkpoint)  # a resumed run trains what is left of its budget
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
-        "timesteps": steps, "eval_interval": interval, "eval_at_start": True, "eval_episodes": args.episodes,
+        "timesteps": max(steps - agent.timestep, 0), "eval_interval": interval, "eval_at_start": True,
+        "eval_episodes": args.episodes,
         "team_return": "sum",  # LBF's reward is the team's: its return is summed over the agents
     })
     if not args.eval:
@@ -140,8 +141,8 @@ def main() -> None:
         seconds = time.perf_counter() - began
         checkpoint = os.path.join(agent.experiment_dir, "checkpoints", "final_agent.pt")
         agent.save(checkpoint)
-        print(f"trained {steps * env.num_envs} env steps in {seconds:.2f} s: "
-              f"{steps * env.num_envs / seconds:.0f} env steps per second")
+        trained = trainer.cfg["timesteps"] * env.num_envs
+        print(f"trained {trained} env steps in {seconds:.2f} s: {trained / max(seconds, 1e-9):.0f} env steps per second")
         print(f"checkpoint: {checkpoint}")
     result = trainer.eval()
     print(f"evaluation over {result['episodes']} episodes, team return (of 1 when all food is collected): "

@@ -85,11 +85,13 @@ def command_of(run: RunSpec, directory: str) -> List[str]:
     return [sys.executable, "-m", "marlparts.benchmark.child", run.function, json.dumps(fields)]
 
 
-def read_learning_curve(directory: str) -> List[Dict[str, Any]]:
-    """The points of the one ``evaluations.jsonl`` under ``directory``, in order of their step count.
+def read_learning_curve(directory: str, expected: Optional[int] = None) -> List[Dict[str, Any]]:
+    """The points of the one ``evaluations.jsonl`` under ``directory``, in order of their step count (an evaluation
+    repeated at one step count, such as a final ``eval()`` after the last periodic one, counted once).
 
     Raises:
-        ValueError: none, or several, were written there, naming the folder.
+        ValueError: none, or several, were written there, naming the folder; or the curve has another number of
+            points than ``expected``.
     """
     paths = sorted(glob.glob(os.path.join(directory, "**", "evaluations.jsonl"), recursive=True))
     if not paths:
@@ -103,6 +105,9 @@ def read_learning_curve(directory: str) -> List[Dict[str, Any]]:
     last: Dict[int, Dict[str, Any]] = {}
     for point in points:  # a repeated evaluation at the same step (the final one after the last periodic): the last
         last[int(point["env_steps"])] = point
+    if expected is not None and len(last) != expected:
+        raise ValueError(f"the run evaluated at {len(last)} step counts ({sorted(last)}) where the grid asks for {expected} "
+                         f"evaluations ({paths[0]}): learning curves of different runs would not line up")
     return [last[steps] for steps in sorted(last)]
 
 
@@ -144,7 +149,7 @@ def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
         return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path),
                        error=f"the process exited with status {returncode}", provenance=provenance)
     try:
-        evaluations = read_learning_curve(directory)
+        evaluations = read_learning_curve(directory, expected=run.evaluations)
     except (ValueError, OSError, json.JSONDecodeError, KeyError) as error:
         return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path), error=str(error),
                        provenance=provenance)

@@ -155,9 +155,19 @@ class Grid:
                 raise ValueError(f"{where}: '{key}' must be a positive int, got {value!r}")
         if numbers["evaluations"] < 2:
             raise ValueError(f"{where}: 'evaluations' must be at least 2 (one before training, one at its end)")
+        arguments = cell.get("arguments", SCRIPT_ARGUMENTS)
+        if isinstance(arguments, str) or not all(isinstance(argument, str) for argument in arguments):
+            raise ValueError(f"{where}: 'arguments' must be a list of strings, got {arguments!r}")
+        fields = RunSpec("", "", "", 0, 1, 2, 1).fields("")
+        for argument in arguments:
+            try:
+                argument.format(**fields)
+            except (KeyError, IndexError, ValueError) as error:
+                raise ValueError(f"{where}: the argument {argument!r} names {error}, which is none of {sorted(fields)}") \
+                    from error
         tasks = [cell["tasks"]] if isinstance(cell["tasks"], str) else list(cell["tasks"])
         for task in tasks:
             for seed in cell.get("seeds", self.seeds):
                 yield RunSpec(algorithm=str(cell["algorithm"]), environment=str(cell["environment"]), task=str(task),
                               seed=int(seed), script=script, function=cell.get("function"),
-                              arguments=tuple(cell.get("arguments", SCRIPT_ARGUMENTS)), **numbers)
+                              arguments=tuple(arguments), **numbers)

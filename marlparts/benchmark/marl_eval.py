@@ -49,17 +49,24 @@ def learning_curves(data: Mapping[str, Any], environment: str, task: str, algori
     """The runs of one algorithm on one task, read from marl-eval's layout: ``"steps"`` ``(evaluations,)`` and
     ``"returns"`` ``(runs, evaluations)``, each run's mean return of ``metric`` at each evaluation. Runs with
     fewer evaluations than the others cut every run to the shortest.
+
+    Raises:
+        KeyError: a run has no ``metric``.
+        ValueError: the runs were evaluated at different step counts, naming them.
     """
     runs = data[environment][task][algorithm]
     curves: List[List[float]] = []
-    steps: List[int] = []
+    steps: Dict[str, List[int]] = {}
     for name in sorted(runs, key=_step_index):
         keys = sorted((key for key in runs[name] if key.startswith("step_")), key=_step_index)
         if metric not in runs[name][keys[0]]:
             raise KeyError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} (it has "
                            f"{sorted(runs[name][keys[0]])})")
         curves.append([float(np.mean(runs[name][key][metric])) for key in keys])
-        if len(keys) > len(steps):
-            steps = [int(runs[name][key]["step_count"]) for key in keys]
+        steps[name] = [int(runs[name][key]["step_count"]) for key in keys]
     length = min(len(curve) for curve in curves)
-    return {"steps": np.asarray(steps[:length]), "returns": np.asarray([curve[:length] for curve in curves])}
+    counts = {name: tuple(run_steps[:length]) for name, run_steps in steps.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"the runs of {algorithm} on {environment}/{task} were evaluated at different env steps "
+                         f"({counts}): their mean curve would mix points of different steps")
+    return {"steps": np.asarray(next(iter(counts.values()))), "returns": np.asarray([curve[:length] for curve in curves])}

@@ -6,19 +6,24 @@ The grid's folder holds one folder per run, ``runs/<environment>/<task>/<algorit
 attempt, ``attempt_<n>/``, with the run's ``log.txt`` and the experiment folder it trained in. A run
 stopped half-way (the machine went down, the session ended) starts again in a new attempt folder at
 the next :func:`run_grid`; nothing an earlier attempt wrote is touched. While a run runs, its folder
-holds ``claim.json`` (the driver's host and process id): a second driver on the same grid folder
-passes over the runs the first one holds, so several drivers share a grid without running a run
-twice; a claim whose process has gone (on this host) is taken over.
+holds ``claim.json``, locked by the driver that runs it (and naming its host and process): a second
+driver on the same grid folder passes over the runs the first one holds, so several drivers share
+a grid without running a run twice; the lock goes with the process that held it.
 """
 
 import concurrent.futures
 import json
 import os
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from marlparts.benchmark.execution import Outcome, execute, execute_elsewhere
 from marlparts.benchmark.grid import Grid, RunSpec
@@ -55,46 +60,42 @@ def is_finished(out: str, run: RunSpec) -> bool:
     return os.path.isfile(os.path.join(run_folder(out, run), RESULT_FILE))
 
 
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+_held_claims: Dict[str, int] = {}  # run folder -> the open, locked claim file of this process
 
 
 def claim(folder: str) -> bool:
-    """Take the run of ``folder`` for this process (``claim.json``, created only if absent); False where another
-    live process holds it. A claim left by a process of this host that has gone is taken over.
+    """Take the run of ``folder`` for this process: an exclusive lock on its ``claim.json`` (which also names the
+    host and process), held until :func:`release`; False where another process holds it. The operating system
+    drops the lock of a process that ends, so a driver that was killed leaves no claim behind. Without
+    ``fcntl`` (Windows) every claim succeeds: run one driver per grid folder there.
     """
     path = os.path.join(folder, CLAIM_FILE)
-    own = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    for _ in range(2):
-        try:
-            handle = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                with open(path) as file:
-                    holder = json.load(file)
-            except (OSError, json.JSONDecodeError):
-                return False  # being written by its holder this instant
-            if holder.get("host") != own["host"] or _process_alive(int(holder.get("pid", -1))):
-                return False
-            os.remove(path)  # its process has gone: the claim is stale
-            continue
-        with os.fdopen(handle, "w") as file:
-            json.dump(own, file)
-        return True
-    return False
+    handle = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(handle).st_ino != os.stat(path).st_ino:  # its holder released (and removed) it meanwhile
+            raise BlockingIOError(f"{path} was replaced")
+    except (BlockingIOError, FileNotFoundError):
+        os.close(handle)
+        return False
+    holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    os.ftruncate(handle, 0)
+    os.write(handle, json.dumps(holder).encode())
+    _held_claims[folder] = handle
+    return True
 
 
 def release(folder: str) -> None:
-    """Give up this process's claim on the run of ``folder``."""
-    path = os.path.join(folder, CLAIM_FILE)
-    if os.path.exists(path):
-        os.remove(path)
+    """Give up this process's claim on the run of ``folder`` (its file removed, then its lock)."""
+    handle = _held_claims.pop(folder, None)
+    if handle is None:
+        return
+    try:
+        os.remove(os.path.join(folder, CLAIM_FILE))
+    except FileNotFoundError:
+        pass
+    os.close(handle)  # closing drops the lock
 
 
 def next_attempt(folder: str) -> str:
@@ -111,7 +112,8 @@ def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
         os.makedirs(attempt, exist_ok=True)
         with open(os.path.join(attempt, "log.txt"), "w") as file:
             file.write(outcome.log)
-    spec = {key: value for key, value in asdict(run).items() if key != "arguments"}
+    spec = {key: value for key, value in asdict(run).items() if key not in ("arguments", "evaluations")}
+    spec["evaluations_requested"] = run.evaluations
     if outcome.finished:
         write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
                                "code": outcome.provenance, "evaluations": outcome.evaluations},
@@ -123,6 +125,39 @@ def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
                                "code": outcome.provenance, "returncode": outcome.returncode, "error": outcome.error,
                                "log": os.path.join(attempt, "log.txt"), "log_tail": outcome.log_tail},
                               os.path.join(folder, FAILURE_FILE))
+
+
+def settings_mismatch(result: Mapping[str, Any], run: RunSpec) -> List[str]:
+    """How a finished run's ``result.json`` differs from ``run`` as the grid now defines it (empty: it does not):
+    its budget, evaluations, episodes per evaluation, function or script.
+    """
+    differences = []
+    made = {"timesteps": result.get("timesteps"), "eval_episodes": result.get("eval_episodes"),
+            "evaluations": result.get("evaluations_requested", len(result.get("evaluations", []))),
+            "function": result.get("function"),
+            "script": os.path.basename(result["script"]) if result.get("script") else None}
+    asked = {"timesteps": run.timesteps, "eval_episodes": run.eval_episodes, "evaluations": run.evaluations,
+             "function": run.function, "script": os.path.basename(run.script) if run.script else None}
+    for key, value in asked.items():
+        if made[key] != value:
+            differences.append(f"{key} {made[key]!r} (the grid now: {value!r})")
+    return differences
+
+
+def _check_finished_runs(out: str, runs: Sequence[RunSpec]) -> None:
+    """Raise ``ValueError`` before anything runs where a finished run was made with other settings than the grid's."""
+    stale = []
+    for run in runs:
+        if is_finished(out, run):
+            with open(os.path.join(run_folder(out, run), RESULT_FILE)) as file:
+                differences = settings_mismatch(json.load(file), run)
+            if differences:
+                stale.append(f"{run.key}: {', '.join(differences)}")
+    if stale:
+        raise ValueError(f"the grid folder {out} holds finished runs made with other settings than the grid's, which "
+                         "a report would mix with the new ones:\n  " + "\n  ".join(stale) +
+                         "\nuse another --out folder for the changed grid, or remove those runs' result.json to run them "
+                         "again")
 
 
 def _summary(run: RunSpec, outcome: Outcome) -> str:
@@ -153,7 +188,9 @@ def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address
         The counts at the end; ``failed`` names the runs that failed in this call (each has a
         ``failed.json`` with the end of its log). A failed run does not stop the others.
     """
+    out = os.path.abspath(out)  # the runs start in their scripts' folders
     runs = [run for run in grid.runs() if only is None or only(run)]
+    _check_finished_runs(out, runs)
     progress = GridProgress(done=sum(is_finished(out, run) for run in runs))
     pending = [run for run in runs if not is_finished(out, run)]
     progress.left = len(pending)
@@ -167,11 +204,12 @@ def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address
         os.makedirs(folder, exist_ok=True)
         with lock:
             progress.left -= 1
-            if is_finished(out, run) or not claim(folder):
-                if is_finished(out, run):
-                    progress.done += 1
-                else:
-                    progress.elsewhere.append(run.key)
+            if not claim(folder):
+                progress.elsewhere.append(run.key)
+                return None
+            if is_finished(out, run):  # finished by another driver meanwhile
+                release(folder)
+                progress.done += 1
                 return None
             progress.running += 1
             attempts[run] = next_attempt(folder)

@@ -38,6 +38,40 @@ def value_output_layer(model: nn.Module) -> nn.Linear:
     return layers[-1]
 
 
+def check_outputs_are_the_layer_s(model: nn.Module, layer: nn.Linear) -> None:
+    """Raise ``ValueError`` where ``model``'s outputs are not exactly ``layer``'s (a shortcut added after it, or a
+    squashing function): scaling the layer's weights and bias by 2 must double the outputs. A model that cannot
+    run on observations alone (a recurrent one needs its hidden state) is not checked.
+    """
+    size = getattr(model, "num_observations", None)
+    if size is None:
+        return
+    inputs = {"observations": torch.randn(4, size, generator=torch.Generator().manual_seed(0)).to(layer.weight.device)}
+    training, scaled = model.training, False
+    model.eval()  # dropout or batch statistics would change the outputs between the two passes
+    try:
+        with torch.no_grad():
+            try:
+                before = model.compute(inputs, role="check")[0]
+            except (RuntimeError, KeyError, TypeError, ValueError):
+                return
+            layer.weight.mul_(2.0)
+            layer.bias.mul_(2.0)
+            scaled = True
+            after = model.compute(inputs, role="check")[0]
+    finally:
+        if scaled:  # halving undoes the doubling exactly
+            with torch.no_grad():
+                layer.weight.mul_(0.5)
+                layer.bias.mul_(0.5)
+        model.train(training)
+    if not torch.allclose(after, 2.0 * before, rtol=1e-4, atol=1e-5):
+        raise ValueError(f"PopArt keeps the values of {type(model).__name__} by rescaling its output layer {layer}, but the "
+                         "model's outputs are not that layer's outputs (something follows it: a shortcut, a squashing "
+                         "function): set `self.output_layer` to the nn.Linear that gives the values, or use "
+                         "cfg['value_preprocessor'] = RunningStandardScaler")
+
+
 class PopArt(RunningStandardScaler):
     """A :class:`RunningStandardScaler` of the returns that, whenever its statistics change, rescales the
     critic's output layer so that the critic's values in return units stay what they were (PopArt).
@@ -72,6 +106,7 @@ class PopArt(RunningStandardScaler):
         if layer.bias is None:
             raise ValueError(f"PopArt shifts the outputs of {type(model).__name__} through the bias of its output layer, "
                              f"which has none: build that nn.Linear with bias=True")
+        check_outputs_are_the_layer_s(model, layer)
         self.__dict__["output_layer"] = layer
 
     def standard_deviation(self) -> torch.Tensor:

@@ -293,9 +293,10 @@ class SequentialTrainer(Trainer):
         for agent in self.agents:
             agent.set_mode("eval")
             agent.stochastic_evaluation = sampled
-        device = torch.device(env.device)
+        # every CUDA device's generator is forked: torch.manual_seed below seeds them all
+        cuda_devices = list(range(torch.cuda.device_count())) if torch.device(env.device).type == "cuda" else []
         try:
-            with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+            with torch.random.fork_rng(devices=cuda_devices):
                 sampling_seed = derived_seed(seed, SAMPLING_STREAM, rank_and_world_size()[0])
                 if sampling_seed is not None:
                     torch.manual_seed(sampling_seed)

@@ -9,6 +9,9 @@ checkpoints. The defaults are EPyMARL's settings for LBF (learning rate 5e-4; en
 IA2C and 0.01 for MAA2C; returns over 5 and 10 steps; no value normalisation, EPyMARL's
 ``standardise_returns: False``), with GAE at λ = 1 over a short rollout in place of EPyMARL's fixed
 n-step return: each step's return then runs to the rollout's end, the classic A2C estimator.
+Advantages are standardised over each set of models' active steps, as for the PPO algorithms,
+where EPyMARL uses raw advantages and standardises the rewards instead: the policy step's size then
+does not depend on the task's reward scale.
 
 Why no value normaliser by default: with one gradient step per rollout, a critic trained on
 standardised targets learns the state's value quickly, and its errors then steer the single policy
