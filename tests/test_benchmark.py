@@ -25,36 +25,36 @@ def tiny_grid(tasks=("steps3", "steps5"), seeds=(0, 1), **cell):
          **cell}]})
 
 
-def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its_log(tmp_path, capsys):
-    grid = tiny_grid(tasks=("steps3", "broken"))
+def test_function_runs_train_for_real_resume_and_a_failed_run_is_reported_with_its_log(tmp_path, capsys):
+    grid = tiny_grid(tasks=("steps3", "broken"), seeds=(1,))
     lines = []
     progress = run_grid(grid, str(tmp_path), workers=2, report=lines.append)
-    assert progress.done == 2 and progress.left == 0 and progress.running == 0
-    assert sorted(progress.failed) == [os.path.join("counting", "broken", "MAPPO", f"seed_{seed}") for seed in (0, 1)]
+    assert progress.done == 1 and progress.left == 0 and progress.running == 0
+    assert progress.failed == [os.path.join("counting", "broken", "MAPPO", "seed_1")]
     assert any("left 0" in line for line in lines)
     result = json.loads((tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_1" / "result.json").read_text())
     assert [point["env_steps"] for point in result["evaluations"]] == [0, 8, 16]
     assert all(len(point["sampled"]["episode_returns"]) == 4 for point in result["evaluations"])
     import marlparts
     assert result["code"]["marlparts"] == marlparts.__version__ and "torch" in result["code"]  # which code ran
-    failure = json.loads((tmp_path / "runs" / "counting" / "broken" / "MAPPO" / "seed_0" / "failed.json").read_text())
+    failure = json.loads((tmp_path / "runs" / "counting" / "broken" / "MAPPO" / "seed_1" / "failed.json").read_text())
     assert "this task always fails" in failure["log_tail"] and failure["returncode"] != 0
     assert os.path.isfile(failure["log"])
 
     again = []
-    second = run_grid(tiny_grid(tasks=("steps3",)), str(tmp_path), workers=2, report=again.append)
-    assert second.done == 2 and second.failed == [] and not any("started" in line for line in again)
-    # the finished runs were left as they were: one attempt each
-    assert sorted(os.listdir(tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_0")) == ["attempt_1",
+    second = run_grid(tiny_grid(tasks=("steps3",), seeds=(1,)), str(tmp_path), workers=2, report=again.append)
+    assert second.done == 1 and second.failed == [] and not any("started" in line for line in again)
+    # the finished run was left as it was: one attempt
+    assert sorted(os.listdir(tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_1")) == ["attempt_1",
                                                                                                     "result.json"]
     # the command line on the same grid: nothing left to run, every run listed, the report written
     grid_file = tmp_path / "grid.json"
-    grid_file.write_text(json.dumps({"seeds": [0, 1], "evaluations": 3, "eval_episodes": 4, "timesteps": 16, "cells": [
+    grid_file.write_text(json.dumps({"seeds": [1], "evaluations": 3, "eval_episodes": 4, "timesteps": 16, "cells": [
         {"algorithm": "MAPPO", "environment": "counting", "function": "benchmark_runs:train",
          "tasks": ["steps3", "broken"]}]}))
     assert command_line(["status", str(grid_file), "--out", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
-    assert listed.count("finished") == 2 and listed.count("failed") == 2
+    assert listed.count("finished") == 1 and listed.count("failed") == 1
     pytest.importorskip("rliable")
     assert command_line(["report", str(tmp_path), "--no-figures", "--repetitions", "100"]) == 0
     assert (tmp_path / "report" / "marl_eval.json").is_file() and not (tmp_path / "report" / "curves_counting.png").exists()
@@ -62,18 +62,19 @@ def test_a_grid_runs_on_the_local_pool_resumes_and_reports_a_failed_run_with_its
 
 def test_a_grid_runs_on_a_local_ray_instance(tmp_path):
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)  # its workers inherit PYTHONPATH
+    grid = script_grid(tmp_path, ["full", "short"], seeds=(0, 1))  # 2 tasks x 2 seeds; "short" runs fail
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        progress = run_grid(tiny_grid(tasks=("steps3", "broken")), str(tmp_path), ray_address="auto",
-                            report=lambda line: None)
+        progress = run_grid(grid, str(tmp_path / "out"), ray_address="auto", report=lambda line: None)
     finally:
         ray.shutdown()
     assert progress.done == 2 and len(progress.failed) == 2
-    seed_1 = tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_1"
-    assert len(json.loads((seed_1 / "result.json").read_text())["evaluations"]) == 3
+    seed_1 = tmp_path / "out" / "runs" / "toy" / "full" / "Fake" / "seed_1"
+    assert [point["sampled"]["mean_return"] for point in json.loads((seed_1 / "result.json").read_text())["evaluations"]] \
+        == [1.0, 2.0, 3.0]
     assert "$ " in (seed_1 / "attempt_1" / "log.txt").read_text()  # the log came back from the worker
-    failure = json.loads((tmp_path / "runs" / "counting" / "broken" / "MAPPO" / "seed_0" / "failed.json").read_text())
-    assert "this task always fails" in failure["log_tail"]
+    failure = json.loads((tmp_path / "out" / "runs" / "toy" / "short" / "Fake" / "seed_0" / "failed.json").read_text())
+    assert "where the grid asks for 3 evaluations" in failure["error"]
 
 
 def write_results(out, curves):
@@ -170,17 +171,21 @@ def test_a_bad_grid_cell_is_an_error_that_names_it(cell, message):
 
 
 def test_a_run_held_by_another_live_driver_is_passed_over_and_a_stale_claim_taken_over(tmp_path):
-    from marlparts.benchmark.runner import claim, run_folder
+    from marlparts.benchmark.runner import claim, release, run_folder
 
-    grid = tiny_grid(tasks=("steps3",), seeds=(0, 1))
-    held, stale = (run_folder(str(tmp_path), run) for run in grid.runs())
+    grid = script_grid(tmp_path, ["full"], seeds=(0, 1))
+    out = str(tmp_path / "out")
+    held, stale = (run_folder(out, run) for run in grid.runs())
     os.makedirs(held)
     os.makedirs(stale)
     assert claim(held)  # this process holds seed 0, as a second driver would
-    with open(os.path.join(stale, "claim.json"), "w") as file:  # seed 1 was held by a process that has gone
+    with open(os.path.join(stale, "claim.json"), "w") as file:  # seed 1 was held by a driver that was killed
         json.dump({"host": __import__("socket").gethostname(), "pid": 2**22 + 12345}, file)
-    progress = run_grid(grid, str(tmp_path), workers=2, report=lambda line: None)
-    assert progress.elsewhere == [os.path.join("counting", "steps3", "MAPPO", "seed_0")]
+    try:
+        progress = run_grid(grid, out, workers=2, report=lambda line: None)
+    finally:
+        release(held)
+    assert progress.elsewhere == [os.path.join("toy", "full", "Fake", "seed_0")]
     assert progress.done == 1 and not os.path.exists(os.path.join(held, "result.json"))
     assert os.path.exists(os.path.join(stale, "result.json")) and not os.path.exists(os.path.join(stale, "claim.json"))
 
@@ -202,23 +207,27 @@ with open(os.path.join(args.directory, "experiment", "evaluations.jsonl"), "w") 
 """
 
 
-def script_grid(tmp_path, tasks, timesteps=30):
+def script_grid(tmp_path, tasks, timesteps=30, seeds=(0,)):
     (tmp_path / "scripts").mkdir(exist_ok=True)
     (tmp_path / "scripts" / "fake.py").write_text(FAKE_SCRIPT)
-    return Grid.from_dict({"seeds": [0], "evaluations": 3, "eval_episodes": 2, "timesteps": timesteps, "cells": [
+    return Grid.from_dict({"seeds": list(seeds), "evaluations": 3, "eval_episodes": 2, "timesteps": timesteps, "cells": [
         {"algorithm": "Fake", "environment": "toy", "script": "scripts/fake.py", "tasks": list(tasks)}]},
         base=str(tmp_path))
 
 
-def test_a_script_grid_in_a_relative_folder_and_its_checks_of_curves_and_settings(tmp_path, monkeypatch):
+def test_a_grid_of_2_tasks_x_2_seeds_on_the_local_pool_in_a_relative_folder_checks_curves_and_settings(tmp_path,
+                                                                                                     monkeypatch):
     monkeypatch.chdir(tmp_path)
-    progress = run_grid(script_grid(tmp_path, ["full", "short"]), "results", workers=2, report=lambda line: None)
-    assert progress.done == 1  # the script runs in its own folder; its results land in the grid's
+    progress = run_grid(script_grid(tmp_path, ["full", "short"], seeds=(0, 1)), "results", workers=2,
+                        report=lambda line: None)
+    assert progress.done == 2 and len(progress.failed) == 2  # the scripts run in their own folder; results land here
     result = json.loads((tmp_path / "results" / "runs" / "toy" / "full" / "Fake" / "seed_0" / "result.json").read_text())
     assert [point["env_steps"] for point in result["evaluations"]] == [0, 10, 20]
     failure = json.loads((tmp_path / "results" / "runs" / "toy" / "short" / "Fake" / "seed_0" / "failed.json").read_text())
     assert "where the grid asks for 3 evaluations" in failure["error"]  # a curve that would not line up is refused
 
+    again = run_grid(script_grid(tmp_path, ["full"], seeds=(0, 1)), "results", report=lambda line: None)
+    assert again.done == 2 and again.running == 0 and again.failed == []  # finished runs are not run again
     with pytest.raises(ValueError, match="other settings than the grid's") as error:
         run_grid(script_grid(tmp_path, ["full"], timesteps=60), "results", report=lambda line: None)
     assert "toy/full/Fake/seed_0: timesteps 30 (the grid now: 60)" in str(error.value).replace(os.sep, "/")

@@ -1,6 +1,7 @@
 """One run of a grid in a process of its own, and what it leaves: its learning curve, or why it failed."""
 
 import glob
+import importlib.metadata
 import json
 import os
 import platform
@@ -10,8 +11,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
-
-import torch
 
 import marlparts
 from marlparts.benchmark.grid import RunSpec
@@ -44,6 +43,14 @@ class Outcome:
     provenance: Dict[str, Any] = field(default_factory=dict)
 
 
+def _version(package: str) -> Optional[str]:
+    """The installed version of ``package`` (None where it is not installed), without importing it."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def _git(folder: Optional[str], *arguments: str) -> Optional[str]:
     """The output of ``git -C folder ...``, or None where ``folder`` is in no repository (or git is missing)."""
     if folder is None:
@@ -59,7 +66,7 @@ def code_provenance(run: RunSpec) -> Dict[str, Any]:
     """Which code a run ran: per source (the script's folder, the marlparts package) its git commit and whether
     its tracked files had changes, and the versions of marlparts, PyTorch and Python, and the host.
     """
-    info: Dict[str, Any] = {"marlparts": marlparts.__version__, "torch": torch.__version__,
+    info: Dict[str, Any] = {"marlparts": marlparts.__version__, "torch": _version("torch"),
                             "python": platform.python_version(), "host": socket.gethostname()}
     sources = {"marlparts": os.path.dirname(os.path.abspath(marlparts.__file__))}
     if run.script is not None:
