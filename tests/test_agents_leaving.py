@@ -17,8 +17,8 @@ def test_an_agent_learns_when_to_leave_and_the_one_that_stays_plays_on(algorithm
     env = wrap_env(lambda: LeaveBeforeTheStormEnv(), num_envs=16, seed=seed)
     agent = build_mappo(env, share=False, rollouts=12, directory=str(tmp_path), algorithm=algorithm,
                         cfg={"learning_rate": 1e-3, "discount_factor": 0.99})
-    # both reach the best play from 400 steps on
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 600, "disable_progressbar": True})
+    # 1000 steps: both algorithms reached the best play on each of seeds 0-7 (at 600 steps, 7 of 8 each)
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1000, "disable_progressbar": True})
     random_play = trainer.eval(200, opponents=random_team(env.possible_agents))["returns"]
     trainer.train()
     learned = trainer.eval(20)["returns"]
