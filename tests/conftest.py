@@ -12,3 +12,14 @@ torch.set_num_threads(1)
 def _quiet_progress(monkeypatch):
     """Keep tqdm bars out of the test log."""
     monkeypatch.setenv("TQDM_DISABLE", "1")
+
+
+@pytest.fixture(scope="session")
+def example_runner():
+    """Runs example scripts each in a process of its own, forked from one that has imported PyTorch and the
+    library (tests/example_runner.py): one server per test worker."""
+    from example_runner import ExampleRunner
+
+    runner = ExampleRunner()
+    yield runner
+    runner.close()

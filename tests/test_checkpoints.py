@@ -54,10 +54,9 @@ def test_a_load_that_fails_on_a_later_part_leaves_the_earlier_parts_untouched(tm
 
 
 @pytest.mark.parametrize("algorithm", ["mappo", "maddpg"])
-def test_a_run_resumed_in_a_fresh_process_ends_like_an_uninterrupted_one(tmp_path, algorithm):
+def test_a_run_resumed_in_a_fresh_process_ends_like_an_uninterrupted_one(tmp_path, algorithm, example_runner):
     def run(*args):
-        done = subprocess.run([sys.executable, str(HERE / "resume_run.py"), algorithm, *map(str, args)],
-                              capture_output=True, text=True, timeout=300)
+        done = example_runner.run([HERE / "resume_run.py", algorithm, *args], env=dict(os.environ), timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
 
     run(20, tmp_path / "straight.pt")

@@ -1,7 +1,5 @@
 import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -9,15 +7,21 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def run_example(name, *arguments):
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "mpe" / f"{name}.py"), *map(str, arguments)],
-                          capture_output=True, text=True, timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+ENVIRONMENT = {"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
+
+@pytest.fixture
+def run_example(example_runner):
+    """Run ``examples/mpe/<name>.py`` with ``arguments``; its standard output (the run must succeed)."""
+    def run(name, *arguments):
+        done = example_runner.run([ROOT / "examples" / "mpe" / f"{name}.py", *arguments], env=ENVIRONMENT)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+    return run
 
 
 @pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
-def test_example_runs_as_it_stands(name, tmp_path):
+def test_example_runs_as_it_stands(name, tmp_path, run_example):
     output = run_example(name, "--timesteps", 1600, "--num-envs", 8, "--workers", 2, "--seed", 1, "--episodes", 24,
                          "--directory", tmp_path)
     assert "greedy evaluation over 24 episodes: mean return" in output
@@ -26,12 +30,12 @@ def test_example_runs_as_it_stands(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["simple_spread_maddpg", "simple_spread_matd3"])
-def test_off_policy_example_runs_as_it_stands(name, tmp_path):
+def test_off_policy_example_runs_as_it_stands(name, tmp_path, run_example):
     output = run_example(name, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
 
 
-def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path):
+def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path, run_example):
     common = ("--num-envs", 8, "--episodes", 16, "--directory", tmp_path)
     run_example("simple_spread_mappo", "--timesteps", 800, *common)
     (first,) = tmp_path.glob("*/checkpoints/final_agent.pt")
@@ -45,14 +49,13 @@ def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["balance_mappo", "navigation_ippo"])
-def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path):
+def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, example_runner):
     pytest.importorskip("vmas")
     script = ROOT / "examples" / "vmas" / f"{name}.py"
     common = ("--num-envs", 16, "--episodes", 16, "--directory", tmp_path)
 
     def run(*arguments):
-        done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
-                              timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        done = example_runner.run([script, *arguments], env=ENVIRONMENT)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -64,13 +67,12 @@ def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_p
 
 
 @pytest.mark.parametrize("name", ["tictactoe_ippo", "connect_four_ippo"])
-def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_each_seat(name, tmp_path):
+def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_each_seat(name, tmp_path, example_runner):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
     common = ("--num-envs", 8, "--games", 20, "--directory", tmp_path)
 
     def run(*arguments):
-        done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
-                              timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        done = example_runner.run([script, *arguments], env=ENVIRONMENT)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -85,7 +87,7 @@ def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_eac
 
 
 @pytest.mark.parametrize("name, first_team", [("simple_tag_teams", "MAPPO"), ("simple_adversary_teams", "MAPPO")])
-def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(name, first_team, tmp_path):
+def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(name, first_team, tmp_path, run_example):
     output = run_example(name, "--timesteps", 1600, "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
     checkpoints = sorted(tmp_path.glob("*/checkpoints/final_agent.pt"))
     assert len(checkpoints) == 2 and f"checkpoint of {first_team}" in output
@@ -97,7 +99,7 @@ def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(nam
     assert "checkpoint of" not in evaluated and evaluated.count("random") == 4
 
 
-def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path):
+def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path, run_example):
     output = run_example("simple_speaker_listener_mappo", "--timesteps", 1600, "--num-envs", 8, "--episodes", 8,
                          "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
@@ -105,13 +107,12 @@ def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["knights_archers_zombies_mappo", "knights_archers_zombies_ippo"])
-def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path):
+def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, example_runner):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
     common = ("--num-envs", 4, "--episodes", 2, "--directory", tmp_path)  # episodes of up to 300 steps
 
     def run(*arguments):
-        done = subprocess.run([sys.executable, str(script), *map(str, arguments)], capture_output=True, text=True,
-                              timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+        done = example_runner.run([script, *arguments], env=ENVIRONMENT)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
 
@@ -127,14 +128,12 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
                                                    ("lbf/foraging_ia2c.py", "lbforaging", 8),
                                                    ("lbf/foraging_maa2c.py", "lbforaging", 8),
                                                    ("rware/warehouse_mappo.py", "rware", 2)])  # 500-step episodes
-def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp_path):
+def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp_path, example_runner):
     """The examples of EPyMARL's tasks evaluate at equal intervals from the start, with sampled and greedy actions,
     and report team returns summed over the agents."""
     pytest.importorskip(package)
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / path), "--timesteps", "1600", "--num-envs", str(copies),
-                           "--evaluations", "3", "--episodes", str(copies), "--directory", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600,
-                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    done = example_runner.run([ROOT / "examples" / path, "--timesteps", 1600, "--num-envs", copies, "--evaluations", 3,
+                               "--episodes", copies, "--directory", tmp_path], env=ENVIRONMENT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 1600 env steps" in done.stdout and f"evaluation over {copies} episodes" in done.stdout
     assert "sampled actions" in done.stdout and "greedy" in done.stdout
@@ -145,12 +144,10 @@ def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp
     assert all(len(point["sampled"]["episode_returns"]) == copies for point in points)
 
 
-def test_lbf_vdn_example_runs_as_it_stands(tmp_path):
+def test_lbf_vdn_example_runs_as_it_stands(tmp_path, example_runner):
     pytest.importorskip("lbforaging")
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "lbf" / "foraging_vdn.py"), "--timesteps", "1600",
-                           "--num-envs", "8", "--episodes", "4", "--directory", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600,
-                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    done = example_runner.run([ROOT / "examples" / "lbf" / "foraging_vdn.py", "--timesteps", 1600, "--num-envs", 8,
+                               "--episodes", 4, "--directory", tmp_path], env=ENVIRONMENT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 1600 env steps" in done.stdout and "greedy evaluation over 4 episodes" in done.stdout
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
@@ -159,17 +156,16 @@ def test_lbf_vdn_example_runs_as_it_stands(tmp_path):
 @pytest.mark.parametrize("name,options", [("simple_spread_happo", ()), ("simple_speaker_listener_happo", ()),
                                           ("simple_spread_vdac", ()), ("simple_spread_vdac", ("--mixer",)),
                                           ("simple_spread_coma", ())])
-def test_on_policy_example_runs_as_it_stands(name, options, tmp_path):
+def test_on_policy_example_runs_as_it_stands(name, options, tmp_path, run_example):
     output = run_example(name, *options, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
 
-def test_battle_example_trains_both_teams_and_reports_every_pairing(tmp_path):
+def test_battle_example_trains_both_teams_and_reports_every_pairing(tmp_path, example_runner):
     pytest.importorskip("magent2")
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "magent2" / "battle_mfq_vs_mfac.py"), "--timesteps",
-                           "1600", "--num-envs", "4", "--battles", "4", "--directory", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
+    done = example_runner.run([ROOT / "examples" / "magent2" / "battle_mfq_vs_mfac.py", "--timesteps", 1600,
+                               "--num-envs", 4, "--battles", 4, "--directory", tmp_path], env=ENVIRONMENT)
     assert done.returncode == 0, done.stderr[-3000:]
     for pairing in ("MFQ (red) against random", "MFAC (blue) against random", "MFQ (red) against MFAC (blue)"):
         assert f"{pairing}: red wins" in done.stdout

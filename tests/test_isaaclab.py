@@ -207,15 +207,15 @@ def test_the_examples_say_clearly_that_isaac_lab_is_missing():
 
 
 @pytest.mark.parametrize("script", ["cart_double_pendulum_mappo.py", "shadow_hand_over_mappo.py"])
-def test_the_examples_run_end_to_end_on_a_stand_in_isaac_lab(script, tmp_path):
+def test_the_examples_run_end_to_end_on_a_stand_in_isaac_lab(script, tmp_path, example_runner):
     """With stand-ins for the ``isaaclab`` packages on the path (tests/fake_isaaclab), each example starts the
     app, builds its task's env, trains a few updates with Isaac Lab's shipped hyperparameters and evaluates."""
     import os
 
     path = os.pathsep.join([str(ROOT / "tests" / "fake_isaaclab"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "isaaclab" / script), "--headless", "--num_envs", "8",
-                           "--timesteps", "48", "--directory", str(tmp_path)], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": path, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"})
+    done = example_runner.run([ROOT / "examples" / "isaaclab" / script, "--headless", "--num_envs", 8, "--timesteps", 48,
+                               "--directory", tmp_path], timeout=300,
+                              env={**os.environ, "PYTHONPATH": path, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trained 384 env steps" in done.stdout and "greedy evaluation over 8 episodes" in done.stdout
     assert list(tmp_path.glob("*/checkpoints/final_agent.pt"))

@@ -1,0 +1,137 @@
+"""Run example scripts as ``python script.py ARGS`` would, each in a process of its own, without paying the
+imports of PyTorch and the library for every run.
+
+Each pytest worker starts one server (this file, run as a script) that imports the heavy modules once and
+then forks one child per request. The child sets up what a fresh interpreter running the script would have
+(``sys.argv``, the script's folder and ``PYTHONPATH`` first on ``sys.path``, the environment, the working directory, stdin from
+``/dev/null``, stdout and stderr to files), runs the script as ``__main__`` and exits through the interpreter's
+normal shutdown, so exit handlers and buffered output behave as in a fresh process. Nothing but imports runs
+in the server before a fork: each child starts from the state a fresh interpreter has after those imports.
+"""
+
+import json
+import os
+import pathlib
+import runpy
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from typing import Dict, Optional, Sequence
+
+# imported once by the server, before any fork: the modules every example needs
+PRELOADED = ("torch", "numpy", "gymnasium", "pettingzoo", "marlparts", "marlparts.agents", "marlparts.envs",
+             "marlparts.trainers", "marlparts.models", "marlparts.memories")
+
+
+def run_child(request: Dict, set_by_imports: Dict[str, str]) -> int:
+    """In the forked child: become ``python script ARGS`` and run it; the exit status. ``set_by_imports``: the
+    environment variables that the preloaded imports set (as they would have in a fresh process)."""
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    for descriptor, path in ((1, request["stdout"]), (2, request["stderr"])):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(handle, descriptor)
+        os.close(handle)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ.update(set_by_imports)
+    os.chdir(request["cwd"])
+    script = request["argv"][0]
+    sys.argv = list(request["argv"])
+    sys.path[0] = str(pathlib.Path(script).resolve().parent)
+    sys.path[1:1] = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        if stop.code is None or isinstance(stop.code, int):
+            return stop.code or 0
+        print(stop.code, file=sys.stderr)
+        return 1
+    except BaseException:  # noqa: BLE001 - reported as a fresh interpreter would: traceback, status 1
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def serve() -> Optional[int]:
+    """The server loop: one JSON request per line on stdin, one JSON answer per line on the answer channel
+    (``{"pid": ...}`` when the child starts, ``{"returncode": ...}`` when it ends). Returns in a child, with the
+    child's exit status; returns None when stdin closes.
+    """
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # nothing a module prints can reach the answer channel
+    before = dict(os.environ)
+    for module in PRELOADED:
+        __import__(module)
+    set_by_imports = {name: value for name, value in os.environ.items() if before.get(name) != value}
+    answers.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            answers.close()
+            return run_child(request, set_by_imports)
+        answers.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        answers.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    return None
+
+
+class ExampleRunner:
+    """The test side: starts the server and runs scripts through it, answering like :func:`subprocess.run`
+    with ``capture_output=True, text=True``.
+    """
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="example-runner-")
+        environment = {"PATH": "/usr/bin:/bin", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
+        self.server = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       text=True, env=environment)
+        self.runs = 0
+        ready = self._answer(timeout=120)
+        if not ready.get("ready"):
+            raise RuntimeError(f"the example server did not start: {ready}")
+
+    def _answer(self, timeout: float) -> Dict:
+        readable, _, _ = select.select([self.server.stdout], [], [], timeout)
+        if not readable:
+            raise subprocess.TimeoutExpired(cmd="example server", timeout=timeout)
+        line = self.server.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the example server ended (status {self.server.poll()})")
+        return json.loads(line)
+
+    def run(self, argv: Sequence, *, env: Dict[str, str], cwd: Optional[str] = None,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+        """Run ``python argv[0] argv[1:]`` with environment ``env`` in ``cwd``; its status and output."""
+        self.runs += 1
+        stdout = os.path.join(self.folder, f"{self.runs}.out")
+        stderr = os.path.join(self.folder, f"{self.runs}.err")
+        request = {"argv": [str(argument) for argument in argv], "env": dict(env), "cwd": str(cwd or os.getcwd()),
+                   "stdout": stdout, "stderr": stderr}
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        pid = self._answer(timeout=60)["pid"]
+        try:
+            returncode = self._answer(timeout=timeout)["returncode"]
+        except subprocess.TimeoutExpired:
+            os.kill(pid, signal.SIGKILL)
+            self._answer(timeout=60)
+            raise
+        output = [pathlib.Path(path).read_text(errors="replace") for path in (stdout, stderr)]
+        return subprocess.CompletedProcess(list(argv), returncode, output[0], output[1])
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.server.stdin.close()
+        self.server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,19 @@
+"""The example runner of the tests answers as ``python script.py`` would: a failing script fails."""
+
+import os
+
+
+def test_a_script_run_through_the_example_runner_reports_its_status_output_and_arguments(tmp_path, example_runner):
+    script = tmp_path / "script.py"
+    script.write_text("import os, sys\n"
+                      "print('args', sys.argv[1:], os.environ.get('ONLY'), os.getcwd())\n"
+                      "print('to stderr', file=sys.stderr)\n"
+                      "if sys.argv[1] == 'raise':\n"
+                      "    raise ValueError('broken')\n"
+                      "sys.exit(int(sys.argv[1]))\n")
+    done = example_runner.run([script, 0], env={"ONLY": "this"}, cwd=tmp_path)
+    assert done.returncode == 0
+    assert done.stdout == f"args ['0'] this {os.path.realpath(tmp_path)}\n" and done.stderr == "to stderr\n"
+    assert example_runner.run([script, 3], env={}).returncode == 3
+    failed = example_runner.run([script, "raise"], env={})
+    assert failed.returncode == 1 and "ValueError: broken" in failed.stderr
