@@ -2,11 +2,12 @@
 imports of PyTorch and the library for every run.
 
 Each pytest worker starts one server (this file, run as a script) that imports the heavy modules once and
-then forks one child per request. The child sets up what a fresh interpreter running the script would have
-(``sys.argv``, the script's folder and ``PYTHONPATH`` first on ``sys.path``, the environment, the working directory, stdin from
-``/dev/null``, stdout and stderr to files), runs the script as ``__main__`` and exits through the interpreter's
+then forks one child per request. The child sets up what a fresh interpreter running the script would
+have (``sys.argv``, the script's folder and ``PYTHONPATH`` first on ``sys.path``, the environment, the working
+directory, stdin from ``/dev/null``, stdout and stderr to files), runs the script as ``__main__`` and exits through the interpreter's
 normal shutdown, so exit handlers and buffered output behave as in a fresh process. Nothing but imports runs
-in the server before a fork: each child starts from the state a fresh interpreter has after those imports.
+in the server before a fork (and one optimizer built, for its lazy imports): each child starts from the state a
+fresh interpreter has after those imports.
 """
 
 import json
@@ -67,6 +68,10 @@ def serve() -> Optional[int]:
     before = dict(os.environ)
     for module in PRELOADED:
         __import__(module)
+    # PyTorch imports several hundred modules lazily at the first optimizer built (about 1.6 s): once, here
+    import torch
+
+    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     set_by_imports = {name: value for name, value in os.environ.items() if before.get(name) != value}
     answers.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:

@@ -22,7 +22,7 @@ def run_example(example_runner):
 
 @pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
 def test_example_runs_as_it_stands(name, tmp_path, run_example):
-    output = run_example(name, "--timesteps", 1600, "--num-envs", 8, "--workers", 2, "--seed", 1, "--episodes", 24,
+    output = run_example(name, "--timesteps", 800, "--num-envs", 8, "--workers", 2, "--seed", 1, "--episodes", 24,
                          "--directory", tmp_path)
     assert "greedy evaluation over 24 episodes: mean return" in output
     checkpoints = list(tmp_path.glob("*/checkpoints/final_agent.pt"))
@@ -31,7 +31,7 @@ def test_example_runs_as_it_stands(name, tmp_path, run_example):
 
 @pytest.mark.parametrize("name", ["simple_spread_maddpg", "simple_spread_matd3"])
 def test_off_policy_example_runs_as_it_stands(name, tmp_path, run_example):
-    output = run_example(name, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
+    output = run_example(name, "--timesteps", 800, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
 
 
@@ -88,7 +88,7 @@ def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_eac
 
 @pytest.mark.parametrize("name, first_team", [("simple_tag_teams", "MAPPO"), ("simple_adversary_teams", "MAPPO")])
 def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(name, first_team, tmp_path, run_example):
-    output = run_example(name, "--timesteps", 1600, "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
+    output = run_example(name, "--timesteps", 800, "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
     checkpoints = sorted(tmp_path.glob("*/checkpoints/final_agent.pt"))
     assert len(checkpoints) == 2 and f"checkpoint of {first_team}" in output
     assert output.count("against a random") + output.count("against random") == 2
@@ -100,7 +100,7 @@ def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(nam
 
 
 def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path, run_example):
-    output = run_example("simple_speaker_listener_mappo", "--timesteps", 1600, "--num-envs", 8, "--episodes", 8,
+    output = run_example("simple_speaker_listener_mappo", "--timesteps", 800, "--num-envs", 8, "--episodes", 8,
                          "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert "speaker_0" in output and "listener_0" in output and "(random " in output
@@ -157,7 +157,7 @@ def test_lbf_vdn_example_runs_as_it_stands(tmp_path, example_runner):
                                           ("simple_spread_vdac", ()), ("simple_spread_vdac", ("--mixer",)),
                                           ("simple_spread_coma", ())])
 def test_on_policy_example_runs_as_it_stands(name, options, tmp_path, run_example):
-    output = run_example(name, *options, "--timesteps", 1600, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
+    output = run_example(name, *options, "--timesteps", 400, "--num-envs", 4, "--episodes", 8, "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
