@@ -1,13 +1,19 @@
 """Run example scripts as ``python script.py ARGS`` would, each in a process of its own, without paying the
 imports of PyTorch and the library for every run.
 
-Each pytest worker starts one server (this file, run as a script) that imports the heavy modules once and
-then forks one child per request. The child sets up what a fresh interpreter running the script would
-have (``sys.argv``, the script's folder and ``PYTHONPATH`` first on ``sys.path``, the environment, the working
-directory, stdin from ``/dev/null``, stdout and stderr to files), runs the script as ``__main__`` and exits through the interpreter's
-normal shutdown, so exit handlers and buffered output behave as in a fresh process. Nothing but imports runs
-in the server before a fork (and one optimizer built, for its lazy imports): each child starts from the state a
-fresh interpreter has after those imports.
+A server (this file, run as a script) imports the heavy modules once and then forks one child per request.
+The child sets up what a fresh interpreter running the script would have (``sys.argv``, the script's folder
+first on ``sys.path``, the environment, the working directory, stdin from ``/dev/null``, stdout and stderr to
+files, NumPy's global generator seeded afresh), runs the script as ``__main__`` and exits through the
+interpreter's normal shutdown, so exit handlers and buffered output behave as in a fresh process. Nothing but
+imports runs in the server before a fork (and one optimizer built, for its lazy imports).
+
+What an interpreter reads only at its start (``PYTHON*`` variables such as ``PYTHONPATH`` or
+``PYTHONWARNINGS``, thread counts) cannot change in a forked child: :class:`ExampleRunner` keeps one server
+per distinct set of those variables, started with them. What still differs from a fresh interpreter: the
+children of one server share its hash seed (unless ``PYTHONHASHSEED`` is set), the variables that the
+preloaded imports set are in every child's environment, and the preloaded modules are already imported
+(a script that uses ``marlparts.agents`` after a bare ``import marlparts`` would not fail here).
 """
 
 import json
@@ -20,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy
 
 # imported once by the server, before any fork: the modules every example needs
 PRELOADED = ("torch", "numpy", "gymnasium", "pettingzoo", "marlparts", "marlparts.agents", "marlparts.envs",
@@ -42,8 +50,8 @@ def run_child(request: Dict, set_by_imports: Dict[str, str]) -> int:
     os.chdir(request["cwd"])
     script = request["argv"][0]
     sys.argv = list(request["argv"])
-    sys.path[0] = str(pathlib.Path(script).resolve().parent)
-    sys.path[1:1] = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[0] = str(pathlib.Path(script).resolve().parent)  # PYTHONPATH's entries follow, as the server's
+    numpy.random.seed()  # a fresh interpreter draws its own: forked children would share the server's
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
@@ -88,54 +96,80 @@ def serve() -> Optional[int]:
     return None
 
 
+def start_up_variables(env: Dict[str, str]) -> Tuple[Tuple[str, str], ...]:
+    """The variables of ``env`` that an interpreter (or a library it imports) reads only at its start."""
+    return tuple(sorted((name, value) for name, value in env.items()
+                        if name.startswith("PYTHON") or name.endswith("_NUM_THREADS")))
+
+
+class Server:
+    """One server process, started with the given start-up variables."""
+
+    def __init__(self, variables: Tuple[Tuple[str, str], ...]) -> None:
+        environment = {"PATH": "/usr/bin:/bin", **dict(variables)}
+        self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, env=environment)
+        ready = self.answer(timeout=120)
+        if not ready.get("ready"):
+            raise RuntimeError(f"the example server did not start: {ready}")
+
+    def answer(self, timeout: float) -> Dict:
+        """The server's next answer."""
+        readable, _, _ = select.select([self.process.stdout], [], [], timeout)
+        if not readable:
+            raise subprocess.TimeoutExpired(cmd="example server", timeout=timeout)
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the example server ended (status {self.process.poll()})")
+        return json.loads(line)
+
+    def ask(self, request: Dict) -> None:
+        """Send one request."""
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+
+    def close(self) -> None:
+        """Stop the server."""
+        self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
 class ExampleRunner:
-    """The test side: starts the server and runs scripts through it, answering like :func:`subprocess.run`
-    with ``capture_output=True, text=True``.
+    """The test side: runs scripts through a server started with the request's start-up variables (one per
+    distinct set), answering like :func:`subprocess.run` with ``capture_output=True, text=True``.
     """
 
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="example-runner-")
-        environment = {"PATH": "/usr/bin:/bin", "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "1"}
-        self.server = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       text=True, env=environment)
+        self.servers: Dict[Tuple[Tuple[str, str], ...], Server] = {}
         self.runs = 0
-        ready = self._answer(timeout=120)
-        if not ready.get("ready"):
-            raise RuntimeError(f"the example server did not start: {ready}")
-
-    def _answer(self, timeout: float) -> Dict:
-        readable, _, _ = select.select([self.server.stdout], [], [], timeout)
-        if not readable:
-            raise subprocess.TimeoutExpired(cmd="example server", timeout=timeout)
-        line = self.server.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the example server ended (status {self.server.poll()})")
-        return json.loads(line)
 
     def run(self, argv: Sequence, *, env: Dict[str, str], cwd: Optional[str] = None,
             timeout: float = 600) -> subprocess.CompletedProcess:
         """Run ``python argv[0] argv[1:]`` with environment ``env`` in ``cwd``; its status and output."""
+        variables = start_up_variables(env)
+        if variables not in self.servers:
+            self.servers[variables] = Server(variables)
+        server = self.servers[variables]
         self.runs += 1
         stdout = os.path.join(self.folder, f"{self.runs}.out")
         stderr = os.path.join(self.folder, f"{self.runs}.err")
-        request = {"argv": [str(argument) for argument in argv], "env": dict(env), "cwd": str(cwd or os.getcwd()),
-                   "stdout": stdout, "stderr": stderr}
-        self.server.stdin.write(json.dumps(request) + "\n")
-        self.server.stdin.flush()
-        pid = self._answer(timeout=60)["pid"]
+        server.ask({"argv": [str(argument) for argument in argv], "env": dict(env), "cwd": str(cwd or os.getcwd()),
+                    "stdout": stdout, "stderr": stderr})
+        pid = server.answer(timeout=60)["pid"]
         try:
-            returncode = self._answer(timeout=timeout)["returncode"]
+            returncode = server.answer(timeout=timeout)["returncode"]
         except subprocess.TimeoutExpired:
             os.kill(pid, signal.SIGKILL)
-            self._answer(timeout=60)
+            server.answer(timeout=60)
             raise
         output = [pathlib.Path(path).read_text(errors="replace") for path in (stdout, stderr)]
         return subprocess.CompletedProcess(list(argv), returncode, output[0], output[1])
 
     def close(self) -> None:
-        """Stop the server."""
-        self.server.stdin.close()
-        self.server.wait(timeout=60)
+        """Stop every server."""
+        for server in self.servers.values():
+            server.close()
 
 
 if __name__ == "__main__":

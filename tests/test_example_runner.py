@@ -17,3 +17,18 @@ def test_a_script_run_through_the_example_runner_reports_its_status_output_and_a
     assert example_runner.run([script, 3], env={}).returncode == 3
     failed = example_runner.run([script, "raise"], env={})
     assert failed.returncode == 1 and "ValueError: broken" in failed.stderr
+
+
+def test_the_example_runner_honours_start_up_variables_and_draws_fresh_random_numbers(tmp_path, example_runner):
+    shadow = tmp_path / "shadow" / "marlparts"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    script = tmp_path / "script.py"
+    script.write_text("import warnings, marlparts, numpy\n"
+                      "print(marlparts.__file__, numpy.random.random())\n"
+                      "warnings.warn('as an error?')\n")
+    shadowed = example_runner.run([script], env={"PYTHONPATH": str(tmp_path / "shadow")})
+    assert shadowed.returncode == 0 and shadowed.stdout.startswith(str(shadow / "__init__.py"))
+    assert example_runner.run([script], env={"PYTHONWARNINGS": "error"}).returncode == 1
+    draws = {example_runner.run([script], env={}).stdout.split()[1] for _ in range(2)}
+    assert len(draws) == 2, "two runs drew the same NumPy random number"
