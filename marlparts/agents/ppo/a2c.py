@@ -15,8 +15,9 @@ does not depend on the task's reward scale.
 
 Why no value normaliser by default: with one gradient step per rollout, a critic trained on
 standardised targets learns the state's value quickly, and its errors then steer the single policy
-step; on simple_spread IPPO in this regime collapsed to one action everywhere with the running
-scaler and with PopArt alike (``benchmarks/a2c_regime.py``), while the critic on raw returns,
+step; on simple_spread IPPO in this regime fell below random play with the running scaler and
+with PopArt alike, its policy's entropy falling far below that of the runs without a normaliser
+(``benchmarks/a2c_regime.py``), while the critic on raw returns,
 which moves slowly, lets the policy learn. Set ``cfg["value_preprocessor"]`` to use one.
 """
 
