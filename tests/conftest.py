@@ -17,7 +17,7 @@ def _quiet_progress(monkeypatch):
 @pytest.fixture(scope="session")
 def example_runner():
     """Runs example scripts each in a process of its own, forked from one that has imported PyTorch and the
-    library (tests/example_runner.py): one server per test worker."""
+    library (tests/example_runner.py): per test worker, one server per set of start-up variables."""
     from example_runner import ExampleRunner
 
     runner = ExampleRunner()

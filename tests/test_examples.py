@@ -11,13 +11,19 @@ ENVIRONMENT = {"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": 
 
 
 @pytest.fixture
-def run_example(example_runner):
-    """Run ``examples/mpe/<name>.py`` with ``arguments``; its standard output (the run must succeed)."""
-    def run(name, *arguments):
-        done = example_runner.run([ROOT / "examples" / "mpe" / f"{name}.py", *arguments], env=ENVIRONMENT)
+def run_script(example_runner):
+    """Run the script at ``path`` with ``arguments``; its standard output (the run must succeed)."""
+    def run(path, *arguments):
+        done = example_runner.run([path, *arguments], env=ENVIRONMENT)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
     return run
+
+
+@pytest.fixture
+def run_example(run_script):
+    """Run ``examples/mpe/<name>.py`` with ``arguments``; its standard output (the run must succeed)."""
+    return lambda name, *arguments: run_script(ROOT / "examples" / "mpe" / f"{name}.py", *arguments)
 
 
 @pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
@@ -49,15 +55,13 @@ def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path, run_examp
 
 
 @pytest.mark.parametrize("name", ["balance_mappo", "navigation_ippo"])
-def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, example_runner):
+def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, run_script):
     pytest.importorskip("vmas")
     script = ROOT / "examples" / "vmas" / f"{name}.py"
     common = ("--num-envs", 16, "--episodes", 16, "--directory", tmp_path)
 
     def run(*arguments):
-        done = example_runner.run([script, *arguments], env=ENVIRONMENT)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return run_script(script, *arguments)
 
     trained = run("--timesteps", 1024, *common)
     assert "trained 1024 env steps" in trained and "greedy evaluation over 16 episodes: mean return" in trained
@@ -67,14 +71,12 @@ def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_p
 
 
 @pytest.mark.parametrize("name", ["tictactoe_ippo", "connect_four_ippo"])
-def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_each_seat(name, tmp_path, example_runner):
+def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_each_seat(name, tmp_path, run_script):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
     common = ("--num-envs", 8, "--games", 20, "--directory", tmp_path)
 
     def run(*arguments):
-        done = example_runner.run([script, *arguments], env=ENVIRONMENT)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return run_script(script, *arguments)
 
     trained = run("--timesteps", 512, *common)
     assert "trained 512 moves" in trained
@@ -107,14 +109,12 @@ def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path, run_example):
 
 
 @pytest.mark.parametrize("name", ["knights_archers_zombies_mappo", "knights_archers_zombies_ippo"])
-def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, example_runner):
+def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, run_script):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
     common = ("--num-envs", 4, "--episodes", 2, "--directory", tmp_path)  # episodes of up to 300 steps
 
     def run(*arguments):
-        done = example_runner.run([script, *arguments], env=ENVIRONMENT)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return run_script(script, *arguments)
 
     trained = run("--timesteps", 1024, *common)
     assert "trained 1024 env steps" in trained and "zombies killed per agent" in trained and "(random actions:" in trained
@@ -128,15 +128,14 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
                                                    ("lbf/foraging_ia2c.py", "lbforaging", 8),
                                                    ("lbf/foraging_maa2c.py", "lbforaging", 8),
                                                    ("rware/warehouse_mappo.py", "rware", 2)])  # 500-step episodes
-def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp_path, example_runner):
+def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp_path, run_script):
     """The examples of EPyMARL's tasks evaluate at equal intervals from the start, with sampled and greedy actions,
     and report team returns summed over the agents."""
     pytest.importorskip(package)
-    done = example_runner.run([ROOT / "examples" / path, "--timesteps", 1600, "--num-envs", copies, "--evaluations", 3,
-                               "--episodes", copies, "--directory", tmp_path], env=ENVIRONMENT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "trained 1600 env steps" in done.stdout and f"evaluation over {copies} episodes" in done.stdout
-    assert "sampled actions" in done.stdout and "greedy" in done.stdout
+    output = run_script(ROOT / "examples" / path, "--timesteps", 1600, "--num-envs", copies, "--evaluations", 3,
+                        "--episodes", copies, "--directory", tmp_path)
+    assert "trained 1600 env steps" in output and f"evaluation over {copies} episodes" in output
+    assert "sampled actions" in output and "greedy" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
     (curve,) = tmp_path.glob("*/evaluations.jsonl")
     points = [json.loads(line) for line in curve.read_text().splitlines()]
@@ -144,12 +143,11 @@ def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp
     assert all(len(point["sampled"]["episode_returns"]) == copies for point in points)
 
 
-def test_lbf_vdn_example_runs_as_it_stands(tmp_path, example_runner):
+def test_lbf_vdn_example_runs_as_it_stands(tmp_path, run_script):
     pytest.importorskip("lbforaging")
-    done = example_runner.run([ROOT / "examples" / "lbf" / "foraging_vdn.py", "--timesteps", 1600, "--num-envs", 8,
-                               "--episodes", 4, "--directory", tmp_path], env=ENVIRONMENT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "trained 1600 env steps" in done.stdout and "greedy evaluation over 4 episodes" in done.stdout
+    output = run_script(ROOT / "examples" / "lbf" / "foraging_vdn.py", "--timesteps", 1600, "--num-envs", 8,
+                        "--episodes", 4, "--directory", tmp_path)
+    assert "trained 1600 env steps" in output and "greedy evaluation over 4 episodes" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
 
@@ -162,13 +160,12 @@ def test_on_policy_example_runs_as_it_stands(name, options, tmp_path, run_exampl
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
 
-def test_battle_example_trains_both_teams_and_reports_every_pairing(tmp_path, example_runner):
+def test_battle_example_trains_both_teams_and_reports_every_pairing(tmp_path, run_script):
     pytest.importorskip("magent2")
-    done = example_runner.run([ROOT / "examples" / "magent2" / "battle_mfq_vs_mfac.py", "--timesteps", 1600,
-                               "--num-envs", 4, "--battles", 4, "--directory", tmp_path], env=ENVIRONMENT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    output = run_script(ROOT / "examples" / "magent2" / "battle_mfq_vs_mfac.py", "--timesteps", 1600, "--num-envs", 4,
+                        "--battles", 4, "--directory", tmp_path)
     for pairing in ("MFQ (red) against random", "MFAC (blue) against random", "MFQ (red) against MFAC (blue)"):
-        assert f"{pairing}: red wins" in done.stdout
+        assert f"{pairing}: red wins" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 2
     results = json.loads((tmp_path / "battles.json").read_text())
     for result in results.values():  # every battle counted once, the survivors read off the env

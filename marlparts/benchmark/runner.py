@@ -14,16 +14,16 @@ a grid without running a run twice; the lock goes with the process that held it.
 import concurrent.futures
 import json
 import os
-
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None
 import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 from marlparts.benchmark.execution import Outcome, execute, execute_elsewhere
 from marlparts.benchmark.grid import Grid, RunSpec
@@ -112,17 +112,15 @@ def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
         os.makedirs(attempt, exist_ok=True)
         with open(os.path.join(attempt, "log.txt"), "w") as file:
             file.write(outcome.log)
-    spec = {key: value for key, value in asdict(run).items() if key not in ("arguments", "evaluations")}
-    spec["evaluations_requested"] = run.evaluations
+    record = {key: value for key, value in asdict(run).items() if key not in ("arguments", "evaluations")}
+    record.update(evaluations_requested=run.evaluations, attempt=os.path.basename(attempt),
+                  seconds=round(outcome.seconds, 1), code=outcome.provenance)
     if outcome.finished:
-        write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
-                               "code": outcome.provenance, "evaluations": outcome.evaluations},
-                              os.path.join(folder, RESULT_FILE))
+        write_json_atomically({**record, "evaluations": outcome.evaluations}, os.path.join(folder, RESULT_FILE))
         if os.path.exists(os.path.join(folder, FAILURE_FILE)):
             os.remove(os.path.join(folder, FAILURE_FILE))
     else:
-        write_json_atomically({**spec, "attempt": os.path.basename(attempt), "seconds": round(outcome.seconds, 1),
-                               "code": outcome.provenance, "returncode": outcome.returncode, "error": outcome.error,
+        write_json_atomically({**record, "returncode": outcome.returncode, "error": outcome.error,
                                "log": os.path.join(attempt, "log.txt"), "log_tail": outcome.log_tail},
                               os.path.join(folder, FAILURE_FILE))
 
