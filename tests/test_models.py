@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from marlparts.models import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, mlp
+from marlparts.models import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, SquashedGaussianMixin, mlp
 
 OBS = gymnasium.spaces.Box(-1, 1, (4,), np.float32)
 
@@ -208,3 +208,44 @@ def test_a_gaussian_policy_with_a_mean_of_the_wrong_size_is_refused_at_construct
                       action_space=gymnasium.spaces.Box(-1, 1, (3,), np.float32))
     with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*returns \(3,\) values per sample, expected 2"):
         ppo_with_policy(policy, env, tmp_path)
+
+
+class Squashed(SquashedGaussianMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(8,))
+        self.log_std = torch.nn.Parameter(torch.full((self.num_actions,), 0.5))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def test_squashed_gaussian_log_prob_of_sampled_and_of_taken_actions_is_torch_s_transformed_normal():
+    """The log-probability of a squashed sample, and of the stored pre-squash sample given back as
+    ``taken_actions`` (as PPO does at its update), equal torch's tanh-then-affine transformed Normal.
+    """
+    from torch.distributions import AffineTransform, Normal, TanhTransform
+
+    torch.manual_seed(0)
+    space = gymnasium.spaces.Box(low=np.array([-1.0, 0.0], dtype=np.float32), high=np.array([3.0, 0.5], dtype=np.float32))
+    model = Squashed(observation_space=gymnasium.spaces.Box(-1, 1, (3,)), action_space=space)
+    inputs = {"observations": torch.randn(64, 3)}
+    actions, log_prob, outputs = model.act(inputs)
+    sample = outputs["sampled_actions"]
+    low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+    mean = model.net(inputs["observations"])
+    # torch's transforms on the known pre-squash sample (inverting tanh of a saturated action would lose it)
+    tanh, affine = TanhTransform(), AffineTransform(low + (high - low) / 2, (high - low) / 2)
+    squashed = torch.tanh(sample)
+    expected = (Normal(mean, model.log_std.exp().expand_as(mean)).log_prob(sample)
+                - tanh.log_abs_det_jacobian(sample, squashed)
+                - affine.log_abs_det_jacobian(squashed, affine(squashed))).sum(-1, keepdim=True)
+    assert torch.allclose(actions, low + (torch.tanh(sample) + 1) * (high - low) / 2)
+    assert ((actions >= low) & (actions <= high)).all()
+    assert torch.allclose(log_prob, expected, atol=1e-4)
+    again, taken_log_prob, taken_outputs = model.act({**inputs, "taken_actions": sample})
+    assert torch.allclose(taken_log_prob, log_prob, atol=1e-6)
+    assert torch.allclose(again, actions)
+    # the entropy the PPO loss reads carries gradients to the mean and the std
+    taken_outputs["entropy"].sum().backward()
+    assert model.log_std.grad.abs().sum() > 0 and model.net[0].weight.grad.abs().sum() > 0

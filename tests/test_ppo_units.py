@@ -13,7 +13,7 @@ from marlparts.agents.common.losses import masked_mean
 from marlparts.agents.ppo.advantages import compute_gae
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
-from marlparts.models import GaussianMixin, Model, mlp
+from marlparts.models import GaussianMixin, Model, SquashedGaussianMixin, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import Callback, SequentialTrainer
 from marlparts.utils import set_seed, stack_agents
@@ -138,11 +138,26 @@ class ClippedGaussian(GaussianMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def test_clipped_gaussian_actions_start_the_update_at_kl_zero(tmp_path):
+class SquashedGaussian(SquashedGaussianMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = mlp(self.num_observations, self.num_actions, hidden_sizes=(16,))
+        self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+@pytest.mark.parametrize("policy_class", [ClippedGaussian, SquashedGaussian])
+def test_bounded_gaussian_actions_start_the_update_at_kl_zero(tmp_path, policy_class):
+    """PPO re-evaluates the stored actions at the update: with a policy whose env actions are a changed
+    sample (clipped, or squashed by tanh), the stored sample must be the one its log-probability belongs
+    to, so the first minibatch's ratio is exactly 1.
+    """
     set_seed(0)
     env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=4, seed=0)
     uid = env.possible_agents[0]
-    policy = ClippedGaussian(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+    policy = policy_class(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
     value = Value(observation_space=env.observation_space(uid))
     cfg = IPPO_DEFAULT_CONFIG.copy()
     cfg.update(rollouts=5, learning_epochs=1, mini_batches=1)

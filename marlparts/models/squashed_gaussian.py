@@ -9,6 +9,11 @@ from torch.distributions import Normal
 from marlparts.models.gaussian import gaussian_log_std
 
 
+def _log_det_of_tanh(sample: torch.Tensor) -> torch.Tensor:
+    """``log(1 − tanh(u)²)`` per component, as ``2 (log 2 − u − softplus(−2u))``: stable for large ``|u|``."""
+    return 2.0 * (math.log(2.0) - sample - torch.nn.functional.softplus(-2.0 * sample))
+
+
 class SquashedGaussianMixin:
     """Turns the mean that ``compute`` returns into a tanh-squashed Gaussian policy over the action Box.
 
@@ -16,28 +21,41 @@ class SquashedGaussianMixin:
     the action ``low + (tanh(u) + 1) (high − low) / 2``, always inside the Box; its
     log-probability carries the change of variables, ``log N(u) − Σ log(1 − tanh(u)²) −
     Σ log((high − low) / 2)``. The log standard deviation comes from ``extras["log_std"]`` or a
-    ``log_std`` parameter, clamped to ``[min_log_std, max_log_std]``. ``outputs["mean_actions"]`` is
-    the squashed mean (the greedy action); ``outputs["entropy"]`` is ``−log π`` of the sample.
+    ``log_std`` parameter, clamped to ``[min_log_std, max_log_std]``.
+
+    ``outputs["sampled_actions"]`` is the Gaussian sample ``u`` before the squashing: an algorithm
+    that re-evaluates stored actions (PPO) stores it and gives it back as ``inputs["taken_actions"]``,
+    whose log-probability is then exact (inverting tanh from a saturated action could not be).
+    ``outputs["mean_actions"]`` is the squashed mean (the greedy action). ``outputs["entropy"]`` is
+    ``−log π`` of a fresh reparameterised sample, a one-sample estimate of the squashed policy's
+    entropy whose gradient reaches the mean and the std.
     """
 
     min_log_std: float = -20.0
     max_log_std: float = 2.0
 
     def act(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, torch.Tensor, Dict]:
-        """Return ``(actions (batch, act_dim), log_prob (batch, 1), outputs)``."""
+        """Return ``(actions (batch, act_dim), log_prob (batch, 1), outputs)``; with ``inputs["taken_actions"]``
+        (pre-squash samples, as ``outputs["sampled_actions"]`` gave them) the actions are those, squashed.
+        """
         mean, outputs = self.compute(inputs, role)
         log_std = gaussian_log_std(self, mean, outputs)
         low = torch.as_tensor(self.action_space.low, device=mean.device, dtype=mean.dtype)
         high = torch.as_tensor(self.action_space.high, device=mean.device, dtype=mean.dtype)
         half_range = (high - low) / 2
-        sample = Normal(mean, log_std.exp(), validate_args=False).rsample()
-        squashed = torch.tanh(sample)
-        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable for large |u|
-        log_det = 2.0 * (math.log(2.0) - sample - torch.nn.functional.softplus(-2.0 * sample))
-        log_prob = (Normal(mean, log_std.exp(), validate_args=False).log_prob(sample) - log_det
+        distribution = Normal(mean, log_std.exp(), validate_args=False)
+
+        def squashed_log_prob(sample: torch.Tensor) -> torch.Tensor:
+            return (distribution.log_prob(sample) - _log_det_of_tanh(sample)
                     - torch.log(half_range)).sum(dim=-1, keepdim=True)
+
+        taken = inputs.get("taken_actions")
+        fresh = distribution.rsample()
+        sample = fresh if taken is None else taken
+        log_prob = squashed_log_prob(sample)
         outputs = dict(outputs)
+        outputs["sampled_actions"] = sample
         outputs["mean_actions"] = low + (torch.tanh(mean) + 1.0) * half_range
         outputs["log_std"] = log_std
-        outputs["entropy"] = -log_prob
-        return low + (squashed + 1.0) * half_range, log_prob, outputs
+        outputs["entropy"] = -(log_prob if taken is None else squashed_log_prob(fresh))
+        return low + (torch.tanh(sample) + 1.0) * half_range, log_prob, outputs
