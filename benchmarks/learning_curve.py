@@ -1,13 +1,16 @@
-"""Greedy return of an example's agent at several points of training, on several seeds, next to random play.
+"""Greedy and sampled returns of an example's agent at several points of training, on several seeds, next to
+random play.
 
     python benchmarks/learning_curve.py --example examples/mpe/simple_speaker_listener_mappo.py \\
         --at 1000000 2000000 --seeds 0 1 2
 
 The example's own ``make_env(num_envs=..., seed=...)`` and ``make_agent(env, directory)`` build each seed's
-run in this process. At each point of ``--at`` (env steps, all copies counted) it plays ``--episodes`` greedy
-episodes on evaluation copies seeded apart from training, and once per seed as many episodes of uniform
-random actions for every agent. The results (per seed and point: mean return over agents and per agent; over
-the seeds: mean, min and max) go to ``--output`` after every evaluation.
+run in this process. At each point of ``--at`` (env steps, all copies counted) it plays ``--episodes`` episodes
+with greedy actions and as many with sampled ones on evaluation copies seeded apart from training, and once
+per seed as many episodes of uniform random actions for every agent. The results (per seed and point: mean
+return over agents, greedy as ``mean_return`` and sampled as ``sampled_mean_return``, and per agent; over the
+seeds: mean, min and max of each) go to ``--output`` after every evaluation. A seed already in ``--output``
+with every point is not run again.
 """
 
 import argparse
@@ -41,7 +44,7 @@ def run_seed(example, seed: int, args: argparse.Namespace, directory: str, recor
     env = example.make_env(num_envs=args.num_envs or example.NUM_ENVS, seed=seed)
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "csv": False,
                                                            "checkpoint_interval": 0, "directory": directory})
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"disable_progressbar": True, "eval_actions": "both"})
     random_play = trainer.eval(args.episodes, opponents=random_team(env.possible_agents))
     record(seed, "random", {"mean_return": mean_return(random_play), "returns": random_play["returns"]})
     done, seconds = 0, 0.0
@@ -53,7 +56,9 @@ def run_seed(example, seed: int, args: argparse.Namespace, directory: str, recor
         done += trainer.cfg["timesteps"] * env.num_envs
         report = trainer.eval(args.episodes)
         record(seed, str(point), {"env_steps": done, "training_seconds": round(seconds, 1),
-                                  "mean_return": mean_return(report), "returns": report["returns"]})
+                                  "mean_return": mean_return(report["greedy"]), "returns": report["greedy"]["returns"],
+                                  "sampled_mean_return": mean_return(report["sampled"]),
+                                  "sampled_returns": report["sampled"]["returns"]})
     env.close()
 
 
@@ -69,19 +74,31 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     example = load_example(args.example)
+    output = pathlib.Path(args.output)
     report = {"example": args.example, "episodes": args.episodes, "seeds": {}, "summary": {}}
+    if output.exists():  # resume: keep the seeds that finished every point
+        earlier = json.loads(output.read_text())
+        report["seeds"] = {seed: runs for seed, runs in earlier["seeds"].items()
+                           if all(str(point) in runs for point in args.at)}
+        report["summary"] = earlier["summary"]
+
+    def summary(runs: list, key: str) -> dict:
+        values = [run[key] for run in runs if key in run]
+        return {"mean": statistics.mean(values), "min": min(values), "max": max(values), "seeds": len(values)}
 
     def record(seed: int, point: str, result: dict) -> None:
         report["seeds"].setdefault(str(seed), {})[point] = result
-        values = [runs[point]["mean_return"] for runs in report["seeds"].values() if point in runs]
-        report["summary"][point] = {"mean": statistics.mean(values), "min": min(values), "max": max(values),
-                                    "seeds": len(values)}
+        runs = [runs[point] for runs in report["seeds"].values() if point in runs]
+        report["summary"][point] = summary(runs, "mean_return")
+        if any("sampled_mean_return" in run for run in runs):
+            report["summary"][point]["sampled"] = summary(runs, "sampled_mean_return")
         pathlib.Path(args.output).write_text(json.dumps(report, indent=1))
         print(json.dumps({"seed": seed, "point": point, **result}), flush=True)
 
     with tempfile.TemporaryDirectory() as directory:
         for seed in args.seeds:
-            run_seed(example, seed, args, directory, record)
+            if str(seed) not in report["seeds"]:
+                run_seed(example, seed, args, directory, record)
     print(json.dumps(report["summary"], indent=1))
 
 

@@ -123,6 +123,15 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
     assert "trained" not in evaluated and "greedy evaluation over 2 episodes" in evaluated
 
 
+def test_image_observation_example_runs_as_it_stands(tmp_path, run_script):
+    """SISL pursuit's 7x7x3 views through a shared CNN policy and critic (marlparts.models.cnn)."""
+    output = run_script(ROOT / "examples" / "pettingzoo" / "pursuit_ippo.py", "--timesteps", 500, "--num-envs", 2,
+                        "--episodes", 2, "--directory", tmp_path)
+    assert "trained 500 env steps" in output
+    assert "evaluation over 2 episodes, return per pursuer: sampled" in output and "(random actions:" in output
+    assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
+
+
 @pytest.mark.parametrize("path, package, copies", [("lbf/foraging_mappo.py", "lbforaging", 8),
                                                    ("lbf/foraging_ippo.py", "lbforaging", 8),
                                                    ("lbf/foraging_ia2c.py", "lbforaging", 8),

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from marlparts.models import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, SquashedGaussianMixin, mlp
+from marlparts.models import CategoricalMixin, DeterministicMixin, GaussianMixin, Model, SquashedGaussianMixin, cnn, mlp
 
 OBS = gymnasium.spaces.Box(-1, 1, (4,), np.float32)
 
@@ -249,3 +249,52 @@ def test_squashed_gaussian_log_prob_of_sampled_and_of_taken_actions_is_torch_s_t
     # the entropy the PPO loss reads carries gradients to the mean and the std
     taken_outputs["entropy"].sum().backward()
     assert model.log_std.grad.abs().sum() > 0 and model.net[0].weight.grad.abs().sum() > 0
+
+
+def test_cnn_reads_flat_channels_last_rows_as_the_env_s_images():
+    """A row of a flattened (height, width, channels) image reaches the first convolution as (channels, height,
+    width); bytes scaled by 1/255 give what the same pixels as floats give; the Nature encoder's output size."""
+    torch.manual_seed(0)
+    images = torch.randint(0, 256, (5, 84, 84, 4), dtype=torch.uint8)
+    network = cnn((84, 84, 4), 6, input_scale=1 / 255)
+    first = network[0](images.flatten(1))
+    assert first.shape == (5, 4, 84, 84) and first.dtype == torch.float32
+    assert torch.equal(first[2, 3, 10, 20], images[2, 10, 20, 3].float() / 255)
+    assert torch.allclose(network(images.flatten(1)), network(images.flatten(1).float()), atol=1e-6)
+    assert network(images.flatten(1)).shape == (5, 6)
+    conv = [layer for layer in network if isinstance(layer, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in conv] == [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
+    channels_first = cnn((4, 84, 84), 6, channels_last=False)
+    assert channels_first[0](images.permute(0, 3, 1, 2).flatten(1)).shape == (5, 4, 84, 84)
+
+
+def test_cnn_names_an_image_too_small_for_its_kernels_and_a_wrong_input():
+    with pytest.raises(ValueError, match=r"convolution 0 \(8x8, stride 4\).*7x7"):
+        cnn((7, 7, 3), 5)
+    small = cnn((7, 7, 3), 5, channels=(16, 16), kernel_sizes=(3, 3), strides=(1, 1), hidden_sizes=(32,))
+    assert small(torch.zeros(2, 147)).shape == (2, 5)
+    with pytest.raises(ValueError, match=r"images of shape \(7, 7, 3\).*\(2, 100\)"):
+        small(torch.zeros(2, 100))
+    with pytest.raises(ValueError, match="3 dimensions"):
+        cnn((49, 3), 5)
+
+
+def test_popart_rescales_the_last_layer_of_a_cnn_critic():
+    from marlparts.resources import PopArt
+
+    class Critic(DeterministicMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = cnn((7, 7, 3), 1, channels=(8,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(16,))
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    torch.manual_seed(0)
+    critic = Critic(observation_space=gymnasium.spaces.Box(0, 1, (7, 7, 3)))
+    normaliser = PopArt(1)
+    normaliser.preserve_outputs_of(critic)
+    inputs = {"observations": torch.rand(4, 147)}
+    before = normaliser(critic.compute(inputs)[0], inverse=True)
+    normaliser.update(torch.randn(64, 1) * 30 + 5)
+    assert torch.allclose(normaliser(critic.compute(inputs)[0], inverse=True), before, atol=1e-4)

@@ -2,6 +2,7 @@
 
 from marlparts.models.base import Model, mlp
 from marlparts.models.categorical import CategoricalMixin
+from marlparts.models.convolutional import cnn
 from marlparts.models.deterministic import DeterministicMixin
 from marlparts.models.gaussian import GaussianMixin
 from marlparts.models.mixers import QMixer
@@ -9,4 +10,4 @@ from marlparts.models.recurrent import RecurrentMixin
 from marlparts.models.squashed_gaussian import SquashedGaussianMixin
 
 __all__ = ["CategoricalMixin", "DeterministicMixin", "GaussianMixin", "Model", "QMixer", "RecurrentMixin",
-           "SquashedGaussianMixin", "mlp"]
+           "SquashedGaussianMixin", "cnn", "mlp"]
