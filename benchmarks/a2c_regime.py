@@ -7,6 +7,8 @@ Trains the IPPO example (shared policy and critic, 16 copies) for 200k env steps
 ``popart`` (the default, :class:`marlparts.resources.PopArt`), ``running_scaler`` (the plain
 running standardisation of the returns) or ``none``; ``ia2c`` trains :class:`marlparts.agents.IA2C`
 with its defaults (the same regime, A2C's loss, no value normaliser) on the example's models.
+The other variants change one more setting of ``popart`` or ``none`` (see ``SETTINGS``), to tell
+which part of the update the failure comes from.
 Each run reports its greedy return over 100
 evaluation episodes, the normaliser's final statistics (a runaway shows there), the policy's final
 entropy, and how much the critic says about the state: the standard deviation of its values over
@@ -34,7 +36,16 @@ from marlparts.utils import set_seed
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "a2c_regime.json"
 NORMALISERS = {"popart": PopArt, "running_scaler": RunningStandardScaler, "none": None}
-VARIANTS = [*NORMALISERS, "ia2c"]
+# variants that change one more setting: (normaliser, the example's config overrides)
+SETTINGS = {
+    "popart_unclipped_targets": ("popart", {"value_preprocessor_kwargs": {"clip_threshold": 1e9}}),
+    "popart_lambda_1": ("popart", {"gae_lambda": 1.0}),
+    "popart_no_time_limit_bootstrap": ("popart", {"time_limit_bootstrap": False}),
+    "popart_learning_rate_1e-4": ("popart", {"learning_rate": 1e-4}),
+    "popart_discount_0.9": ("popart", {"discount_factor": 0.9}),
+    "none_value_loss_x100": ("none", {"value_loss_scale": 100.0}),
+}
+VARIANTS = [*NORMALISERS, "ia2c", *SETTINGS]
 
 
 def load_example():
@@ -76,8 +87,9 @@ def run(example, seed: int, variant: str, timesteps: int) -> dict:
         if variant == "ia2c":
             agent = make_ia2c(example, env, directory)
         else:
+            normaliser, overrides = SETTINGS.get(variant, (variant, {}))
             agent = example.make_agent(env, directory, learning_epochs=1, mini_batches=1, rollouts=5,
-                                       value_preprocessor=NORMALISERS[variant])
+                                       value_preprocessor=NORMALISERS[normaliser], **overrides)
         trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": timesteps // env.num_envs,
                                                                 "disable_progressbar": True, "eval_actions": "greedy"})
         began = time.perf_counter()

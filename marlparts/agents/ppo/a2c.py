@@ -14,11 +14,13 @@ where EPyMARL uses raw advantages and standardises the rewards instead: the poli
 does not depend on the task's reward scale.
 
 Why no value normaliser by default: with one gradient step per rollout, a critic trained on
-standardised targets learns the state's value quickly, and its errors then steer the single policy
-step; on simple_spread IPPO in this regime fell below random play with the running scaler and
-with PopArt alike, its policy's entropy falling far below that of the runs without a normaliser
-(``benchmarks/a2c_regime.py``), while the critic on raw returns,
-which moves slowly, lets the policy learn. Set ``cfg["value_preprocessor"]`` to use one.
+standardised targets moves by a roughly fixed amount in standardised units at every step, so by that
+times the normaliser's standard deviation in return units, and those swings then steer the single
+policy step; on simple_spread IPPO in this regime fell below random play with the running scaler and
+with PopArt alike (also with PopArt's targets unclipped, with GAE at λ = 1, and without bootstrapping
+time limits), its policy's entropy falling far below that of the runs without a normaliser
+(``benchmarks/a2c_regime.py``), while the critic on raw returns, which moves slowly, lets the policy
+learn. Set ``cfg["value_preprocessor"]`` to use one.
 """
 
 from typing import Dict, Mapping
