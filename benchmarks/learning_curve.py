@@ -9,8 +9,9 @@ run in this process. At each point of ``--at`` (env steps, all copies counted) i
 with greedy actions and as many with sampled ones on evaluation copies seeded apart from training, and once
 per seed as many episodes of uniform random actions for every agent. The results (per seed and point: mean
 return over agents, greedy as ``mean_return`` and sampled as ``sampled_mean_return``, and per agent; over the
-seeds: mean, min and max of each) go to ``--output`` after every evaluation. A seed already in ``--output``
-with every point is not run again.
+seeds: mean, min and max of each) go to ``--output`` after every evaluation. A run resumes the file: its
+other seeds are kept, a seed asked for that holds every point is not run again, and one that holds only
+some runs again from the start.
 """
 
 import argparse
@@ -76,25 +77,36 @@ def main() -> None:
     example = load_example(args.example)
     output = pathlib.Path(args.output)
     report = {"example": args.example, "episodes": args.episodes, "seeds": {}, "summary": {}}
-    if output.exists():  # resume: keep the seeds that finished every point
+    points = [str(point) for point in args.at]
+    if output.exists():  # resume: keep every seed of the file; a seed asked for that misses a point runs again
         earlier = json.loads(output.read_text())
+        if (earlier["example"], earlier["episodes"]) != (args.example, args.episodes):
+            raise SystemExit(f"{output} holds {earlier['example']} evaluated on {earlier['episodes']} episodes, not "
+                             f"{args.example} on {args.episodes}: give another --output")
         report["seeds"] = {seed: runs for seed, runs in earlier["seeds"].items()
-                           if all(str(point) in runs for point in args.at)}
-        report["summary"] = earlier["summary"]
+                           if int(seed) not in args.seeds or all(point in runs for point in points)}
 
-    def summary(runs: list, key: str) -> dict:
-        values = [run[key] for run in runs if key in run]
+    def summary(values: list) -> dict:
         return {"mean": statistics.mean(values), "min": min(values), "max": max(values), "seeds": len(values)}
+
+    def summarise() -> None:
+        """The statistics over the seeds of every point any seed holds, from the seeds' own results."""
+        report["summary"] = {}
+        for point in sorted({point for runs in report["seeds"].values() for point in runs},
+                            key=lambda point: (point != "random", int(point) if point.isdigit() else 0)):
+            runs = [runs[point] for runs in report["seeds"].values() if point in runs]
+            report["summary"][point] = summary([run["mean_return"] for run in runs])
+            sampled = [run["sampled_mean_return"] for run in runs if "sampled_mean_return" in run]
+            if sampled:
+                report["summary"][point]["sampled"] = summary(sampled)
 
     def record(seed: int, point: str, result: dict) -> None:
         report["seeds"].setdefault(str(seed), {})[point] = result
-        runs = [runs[point] for runs in report["seeds"].values() if point in runs]
-        report["summary"][point] = summary(runs, "mean_return")
-        if any("sampled_mean_return" in run for run in runs):
-            report["summary"][point]["sampled"] = summary(runs, "sampled_mean_return")
-        pathlib.Path(args.output).write_text(json.dumps(report, indent=1))
+        summarise()
+        output.write_text(json.dumps(report, indent=1))
         print(json.dumps({"seed": seed, "point": point, **result}), flush=True)
 
+    summarise()
     with tempfile.TemporaryDirectory() as directory:
         for seed in args.seeds:
             if str(seed) not in report["seeds"]:

@@ -27,10 +27,11 @@ def test_pistonball_preprocessed_by_supersuit_reaches_a_cnn_policy_as_the_docs_s
         env = supersuit.resize_v1(env, x_size=84, y_size=84)
         return supersuit.frame_stack_v1(env, 3)
 
-    env = wrap_env(make_pistonball, num_envs=2, seed=0)
+    env = wrap_env(make_pistonball, num_envs=2, seed=0, state_source="observations")
     uid = env.possible_agents[0]
     space = env.observation_space(uid)
     assert space.shape == (84, 84, 3) and space.dtype == "uint8" and len(env.possible_agents) == 20
+    assert env.state_space.shape == (20 * 84 * 84 * 3,)  # the shrunk observations, not the 560x880x3 frame
     observations, _ = env.reset()
     assert observations[uid].shape == (2, 84 * 84 * 3)
     policy = PixelPolicy(observation_space=space, action_space=env.action_space(uid))

@@ -298,3 +298,22 @@ def test_popart_rescales_the_last_layer_of_a_cnn_critic():
     before = normaliser(critic.compute(inputs)[0], inverse=True)
     normaliser.update(torch.randn(64, 1) * 30 + 5)
     assert torch.allclose(normaliser(critic.compute(inputs)[0], inverse=True), before, atol=1e-4)
+
+
+def test_squashed_gaussian_actions_stay_inside_an_asymmetric_box_when_tanh_saturates():
+    """With tanh(u) rounding to exactly ±1, low + (tanh(u) + 1) (high - low) / 2 can land one float32 step outside
+    an asymmetric Box, which the batched env wrappers refuse; sampled and greedy actions must stay inside."""
+
+    class Saturated(SquashedGaussianMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.log_std = torch.nn.Parameter(torch.zeros(self.num_actions))
+
+        def compute(self, inputs, role=""):
+            return torch.tensor([[20.0], [-20.0]]).repeat(inputs["observations"].shape[0] // 2, 1), {}
+
+    space = gymnasium.spaces.Box(low=np.float32(-2.3046653), high=np.float32(2.4782), shape=(1,), dtype=np.float32)
+    policy = Saturated(observation_space=gymnasium.spaces.Box(-1, 1, (2,)), action_space=space)
+    actions, _, outputs = policy.act({"observations": torch.zeros(64, 2)})
+    for chosen in (actions, outputs["mean_actions"]):
+        assert all(space.contains(row.detach().numpy()) for row in chosen)

@@ -55,7 +55,8 @@ class SquashedGaussianMixin:
         log_prob = squashed_log_prob(sample)
         outputs = dict(outputs)
         outputs["sampled_actions"] = sample
-        outputs["mean_actions"] = low + (torch.tanh(mean) + 1.0) * half_range
+        # clamped: where tanh rounds to ±1, low + 2 * half_range can land one float step outside an asymmetric Box
+        outputs["mean_actions"] = torch.clamp(low + (torch.tanh(mean) + 1.0) * half_range, low, high)
         outputs["log_std"] = log_std
         outputs["entropy"] = -(log_prob if taken is None else squashed_log_prob(fresh))
-        return low + (torch.tanh(sample) + 1.0) * half_range, log_prob, outputs
+        return torch.clamp(low + (torch.tanh(sample) + 1.0) * half_range, low, high), log_prob, outputs
