@@ -98,6 +98,22 @@ def test_one_eval_reports_greedy_and_sampled_returns_side_by_side_from_the_same_
         assert report["teams"]["MAPPO"]["episode_returns"] == expected["teams"]["MAPPO"]["episode_returns"]
 
 
+def test_fixed_policies_in_every_seat_are_evaluated_once_not_once_per_action_choice(tmp_path):
+    from marlparts.trainers.opponents import random_team
+
+    env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=10), num_envs=4, seed=0)
+    trainer = SequentialTrainer(env=env, agents=build_mappo(env, directory=str(tmp_path)),
+                                cfg={"disable_progressbar": True})  # eval_actions "both" by default
+    passes = []
+    original = trainer._evaluation_pass
+    trainer._evaluation_pass = lambda *args, **kwargs: passes.append(kwargs["sampled"]) or original(*args, **kwargs)
+    report = trainer.eval(episodes=4, opponents=random_team(env.possible_agents))
+    assert passes == [False] and "sampled" not in report and len(report["teams"]) == 0
+    assert sorted(report["opponents"]) == sorted(env.possible_agents)
+    trainer.eval(episodes=4)  # an algorithm in a seat: both passes
+    assert passes == [False, False, True]
+
+
 def test_an_evaluation_leaves_the_training_random_stream_as_it_was(tmp_path):
     def trained_parameters(evaluate):
         env = wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=10), num_envs=2, seed=0)

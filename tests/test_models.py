@@ -266,6 +266,7 @@ def test_cnn_reads_flat_channels_last_rows_as_the_env_s_images():
     assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in conv] == [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
     channels_first = cnn((4, 84, 84), 6, channels_last=False)
     assert channels_first[0](images.permute(0, 3, 1, 2).flatten(1)).shape == (5, 4, 84, 84)
+    assert network.double()(images.flatten(1)).dtype == torch.float64  # the images follow the network's dtype
 
 
 def test_cnn_names_an_image_too_small_for_its_kernels_and_a_wrong_input():

@@ -20,7 +20,8 @@ NATURE_STRIDES = (4, 2, 1)
 
 
 class ImageInput(nn.Module):
-    """Rows of flattened images (or images) ``(batch, ...)`` as float images ``(batch, channels, height, width)``.
+    """Rows of flattened images (or images) ``(batch, ...)`` as float images ``(batch, channels, height, width)``, in
+    the floating dtype of the network it leads (float32 unless the network was converted).
 
     Args:
         image_shape: the shape of one observation as the env gives it: ``(height, width, channels)`` when
@@ -38,6 +39,8 @@ class ImageInput(nn.Module):
         self.image_shape = tuple(int(size) for size in image_shape)
         self.channels_last = channels_last
         self.input_scale = input_scale
+        # an empty buffer follows the network's .double() / .half() / .to(dtype): the images take its dtype
+        self.register_buffer("dtype_anchor", torch.empty(0), persistent=False)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """``(batch, prod(image_shape))`` or ``(batch, *image_shape)`` to ``(batch, channels, height, width)`` floats."""
@@ -48,7 +51,7 @@ class ImageInput(nn.Module):
         images = inputs.reshape(-1, *self.image_shape)
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)
-        images = images.float()
+        images = images.to(self.dtype_anchor.dtype)
         return images * self.input_scale if self.input_scale != 1.0 else images
 
     def extra_repr(self) -> str:

@@ -244,7 +244,8 @@ class SequentialTrainer(Trainer):
             the mean return over every seat where fixed policies played every seat, and absent where several
             teams played (their returns are never averaged together). ``"actions"`` says whether these
             figures are of ``"greedy"`` or ``"sampled"`` actions (greedy where both ran); with
-            ``cfg["eval_actions"] == "both"``, ``"greedy"`` and ``"sampled"`` hold the whole report of each.
+            ``cfg["eval_actions"] == "both"``, ``"greedy"`` and ``"sampled"`` hold the whole report of each
+            (where fixed policies play every seat, the choice changes nothing and one pass runs).
             ``"videos"`` lists the video files written. For turn-based envs (``env.turn_based``),
             ``"outcomes"`` gives each seat's ``"win"``, ``"draw"`` and ``"loss"`` rates (episode return
             > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. Where the env carries
@@ -261,6 +262,9 @@ class SequentialTrainer(Trainer):
         # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
         seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
         passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
+        fixed_seats = set(self.opponents.policies if self.opponents is not None else ()) | set(opponents or ())
+        if fixed_seats >= set(env.possible_agents):  # no algorithm plays: greedy or sampled changes nothing
+            passes = passes[:1]
         reports = {}
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
