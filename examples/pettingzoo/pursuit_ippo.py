@@ -25,7 +25,7 @@ from marlparts.trainers import SequentialTrainer
 from marlparts.trainers.opponents import random_team
 from marlparts.utils import set_seed
 
-NUM_ENVS = 8  # env copies stepped together
+NUM_ENVS = 16  # env copies stepped together
 TIMESTEPS = 200_000  # env steps of training (all copies counted)
 MAX_CYCLES = 250  # steps per episode (pursuit's default is 500)
 DIRECTORY = "runs/pursuit_ippo"
@@ -69,10 +69,10 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> I
     policy = Policy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
     value = Value(observation_space=env.observation_space(uid))
     cfg = IPPO_DEFAULT_CONFIG.copy()
-    cfg["rollouts"] = 125  # 8 copies x 125 steps x 8 pursuers = 8000 samples per update
-    cfg["learning_epochs"] = 4
-    cfg["mini_batches"] = 4
-    cfg["learning_rate"] = 5e-4
+    cfg["rollouts"] = 64  # 16 copies x 64 steps x 8 pursuers = 8192 samples per update
+    cfg["learning_epochs"] = 10
+    cfg["mini_batches"] = 4  # 40 gradient steps per update: with 4 epochs and lr 5e-4 nothing was learned at 100k
+    cfg["learning_rate"] = 7e-4
     cfg["entropy_loss_scale"] = 0.01
     cfg["experiment"]["directory"] = directory
     cfg.update(overrides)
