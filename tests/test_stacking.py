@@ -11,7 +11,7 @@ from mpe2 import simple_spread_v3
 
 from marlparts.envs import wrap_env
 from marlparts.memories import RandomMemory
-from marlparts.models import CategoricalMixin, GaussianMixin, Model, mlp
+from marlparts.models import CategoricalMixin, GaussianMixin, Model, cnn, mlp
 from marlparts.models.stacked import StackedModels
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
@@ -321,6 +321,23 @@ def test_models_that_cannot_act_as_one_are_not_stacked():
     frozen = [Policy(observation_space=box(4), action_space=discrete) for _ in range(2)]
     frozen[1].net[0].weight.requires_grad_(False)
     assert "requires_grad" in StackedModels.build(frozen, check_inputs=4)  # a frozen layer stays frozen
+
+
+class ConvolutionalPolicy(CategoricalMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = cnn((5, 5, 2), self.num_actions, channels=(4,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(8,))
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def test_convolutional_models_are_not_stacked_and_the_reason_names_the_layer():
+    torch.manual_seed(0)
+    members = [ConvolutionalPolicy(observation_space=gymnasium.spaces.Box(0, 1, (5, 5, 2)),
+                                   action_space=gymnasium.spaces.Discrete(3)) for _ in range(3)]
+    reason = StackedModels.build(members, check_inputs=50)
+    assert isinstance(reason, str) and "Conv2d" in reason and "nn.Linear" in reason
 
 
 class DropoutPolicy(Policy):

@@ -64,9 +64,15 @@ def _settings(model: nn.Module) -> Dict[str, Any]:
     return settings
 
 
+# layers with parameters that neither a batched product (nn.Linear) nor broadcasting over (K, batch, ...) can run
+UNSTACKED_LAYERS = (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d,
+                    nn.Embedding, nn.EmbeddingBag)
+
+
 def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
     """Why ``models`` cannot be stacked (None if they can): they must be distinct feed-forward models of
-    one class with the same parameter and buffer names, shapes and ``requires_grad`` flags, no tensor of
+    one class without convolutional or embedding layers (:data:`UNSTACKED_LAYERS`), with the same parameter
+    and buffer names, shapes and ``requires_grad`` flags, no tensor of
     their own shared with another member and no 0-dim one, the same plain attributes (spaces, limits),
     all on one device.
     """
@@ -77,6 +83,10 @@ def stacking_obstacle(models: Sequence[Model]) -> Optional[str]:
         return "their classes differ"
     if any(is_recurrent(model) for model in models):
         return "recurrent models are not stacked"
+    unstackable = sorted({type(module).__name__ for module in first.modules() if isinstance(module, UNSTACKED_LAYERS)})
+    if unstackable:
+        return (f"they have {', '.join(unstackable)} layers: only nn.Linear layers and parameters that broadcast "
+                "over the batch are stacked")
     shapes = [{name: (tuple(t.shape), t.requires_grad) for name, t in [*model.named_parameters(), *model.named_buffers()]}
               for model in models]
     if any(shape != shapes[0] for shape in shapes[1:]):
