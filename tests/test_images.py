@@ -1,10 +1,17 @@
 """Image observations: the SuperSuit preprocessing that docs/images.rst shows, through wrap_env into a cnn policy."""
 
+import gymnasium
+import numpy as np
 import pytest
 import torch
+from pettingzoo import ParallelEnv
 
+from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG
 from marlparts.envs import wrap_env
-from marlparts.models import CategoricalMixin, Model, cnn
+from marlparts.memories import RandomMemory
+from marlparts.models import CategoricalMixin, DeterministicMixin, Model, cnn
+from marlparts.trainers import SequentialTrainer
+from marlparts.utils import set_seed
 
 
 class PixelPolicy(CategoricalMixin, Model):
@@ -39,3 +46,97 @@ def test_pistonball_preprocessed_by_supersuit_reaches_a_cnn_policy_as_the_docs_s
     assert actions.shape == (2, 1) and torch.isfinite(log_prob).all()
     env.step({agent: policy.act({"observations": observations[agent]})[0] for agent in env.possible_agents})
     env.close()
+
+
+class PixelEnv(ParallelEnv):
+    """Two agents see random 4x4x2 images of bytes (declared with ``dtype``); the reward is the first pixel over 255
+    if the action is 1, else 0.5; episodes of 6 steps."""
+
+    metadata = {"name": "pixels_v0"}
+
+    def __init__(self, dtype):
+        self.possible_agents = ["agent_0", "agent_1"]
+        self.dtype = dtype
+        self.rng = np.random.default_rng(0)
+        self.image_space = gymnasium.spaces.Box(0, 255, (4, 4, 2), dtype=dtype)
+        self.move_space = gymnasium.spaces.Discrete(2)
+
+    def observation_space(self, agent):
+        return self.image_space
+
+    def action_space(self, agent):
+        return self.move_space
+
+    def _observe(self):
+        self.images = {agent: self.rng.integers(0, 256, (4, 4, 2)).astype(self.dtype) for agent in self.agents}
+        return dict(self.images)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.t = list(self.possible_agents), 0
+        return self._observe(), {agent: {} for agent in self.agents}
+
+    def step(self, actions):
+        rewards = {agent: float(self.images[agent][0, 0, 0]) / 255 if actions[agent] == 1 else 0.5
+                   for agent in self.agents}
+        self.t += 1
+        done = self.t >= 6
+        observations = self._observe()
+        result = (observations, rewards, {a: False for a in self.agents}, {a: done for a in self.agents},
+                  {a: {} for a in self.agents})
+        if done:
+            self.agents = []
+        return result
+
+
+class SmallPolicy(CategoricalMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = cnn(self.observation_space.shape, self.num_actions, channels=(4,), kernel_sizes=(3,), strides=(1,),
+                       hidden_sizes=(16,), input_scale=1 / 255, output_gain=0.01)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+class SmallValue(DeterministicMixin, Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.net = cnn(self.observation_space.shape, 1, channels=(4,), kernel_sizes=(3,), strides=(1,),
+                       hidden_sizes=(16,), input_scale=1 / 255)
+
+    def compute(self, inputs, role=""):
+        return self.net(inputs["observations"]), {}
+
+
+def train_on_pixels(dtype, directory):
+    set_seed(0)
+    env = wrap_env(lambda: PixelEnv(dtype), num_envs=3, seed=0)
+    uid = env.possible_agents[0]
+    models = {"policy": SmallPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
+              "value": SmallValue(observation_space=env.observation_space(uid))}
+    cfg = IPPO_DEFAULT_CONFIG.copy()
+    cfg.update(rollouts=6, learning_epochs=2, mini_batches=2)
+    cfg["experiment"].update(directory=str(directory), tensorboard=False, csv=False, checkpoint_interval=0)
+    agent = IPPO(possible_agents=env.possible_agents, models={u: models for u in env.possible_agents},
+                 memories={u: RandomMemory(memory_size=6, num_envs=3) for u in env.possible_agents},
+                 observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=cfg)
+    SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 18, "disable_progressbar": True}).train()
+    env.close()
+    return agent
+
+
+def test_ppo_holds_images_of_bytes_as_bytes_and_trains_exactly_as_on_floats(tmp_path):
+    """Observations of a uint8 Box are stored as uint8 in the rollout (a quarter of float32's bytes) and read back
+    as floats: three updates give the same parameters as the same images declared as float32."""
+    on_bytes = train_on_pixels(np.uint8, tmp_path / "bytes")
+    on_floats = train_on_pixels(np.float32, tmp_path / "floats")
+    stored = on_bytes.groups[0].memory.tensors["observations"]
+    assert stored.dtype == torch.uint8 and on_floats.groups[0].memory.tensors["observations"].dtype == torch.float32
+    per_step = stored[0].numel() * stored.element_size()
+    assert per_step == 3 * 2 * 4 * 4 * 2  # copies x agents x pixels x one byte
+    for role in ("policy", "value"):
+        for (name, left), right in zip(on_bytes.groups[0].models[role].state_dict().items(),
+                                       on_floats.groups[0].models[role].state_dict().values()):
+            assert torch.equal(left, right), (role, name)

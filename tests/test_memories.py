@@ -57,3 +57,28 @@ def test_save_and_load(tmp_path):
     other = RandomMemory(memory_size=4, num_envs=3)
     other.load(str(tmp_path / "memory.pt"))
     assert torch.equal(other.get_tensor_by_name("x"), memory.get_tensor_by_name("x")) and other.filled
+
+
+def test_a_tensor_held_in_bytes_is_read_as_floats_everywhere_and_saved_as_bytes(tmp_path):
+    memory = RandomMemory(memory_size=4, num_envs=3)
+    storage = memory.create_tensor("observations", (2, 5), storage_dtype=torch.uint8)
+    assert storage.dtype == torch.uint8 and storage.element_size() * storage[0, 0].numel() == 10  # bytes per sample
+    steps = [torch.randint(0, 256, (3, 2, 5)).float() for _ in range(4)]
+    for step in steps:
+        memory.add_samples(observations=step)
+    expected = torch.stack(steps)
+    whole = memory.get_tensor_by_name("observations")
+    assert whole.dtype == torch.float32 and torch.equal(whole, expected)
+    indexes = torch.tensor([0, 5, 11])
+    (sampled,) = memory.sample_by_index(["observations"], indexes)
+    assert sampled.dtype == torch.float32 and torch.equal(sampled, expected.flatten(0, 1)[indexes])
+    (chunks,) = memory.chunks_by_index(["observations"], torch.tensor([1]), 2)
+    assert chunks.dtype == torch.float32 and torch.equal(chunks[0], expected[:2, 1])
+    memory.save(str(tmp_path / "memory.pt"))
+    fresh = RandomMemory(memory_size=4, num_envs=3)
+    fresh.create_tensor("observations", (2, 5), storage_dtype=torch.uint8)
+    fresh.load(str(tmp_path / "memory.pt"))
+    assert fresh.tensors["observations"].dtype == torch.uint8
+    assert torch.equal(fresh.get_tensor_by_name("observations"), expected)
+    with pytest.raises(ValueError, match="read as"):
+        fresh.create_tensor("observations", (2, 5))  # the same name as float32 storage: refused, naming both

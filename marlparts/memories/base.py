@@ -32,6 +32,7 @@ class Memory:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self._device_given = device is not None
         self.tensors: Dict[str, torch.Tensor] = {}
+        self.read_dtypes: Dict[str, torch.dtype] = {}  # tensors held in a compact dtype: the dtype they are read as
         self.memory_index = 0
         self.filled = False
 
@@ -64,19 +65,39 @@ class Memory:
         """Number of stored samples (steps × env copies)."""
         return (self.memory_size if self.filled else self.memory_index) * self.num_envs
 
-    def create_tensor(self, name: str, size: Size, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Allocate tensor ``name`` of per-sample ``size`` (an int, a shape, or a space to flatten)."""
+    def create_tensor(self, name: str, size: Size, dtype: torch.dtype = torch.float32, *,
+                      storage_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        """Allocate tensor ``name`` of per-sample ``size`` (an int, a shape, or a space to flatten), read as ``dtype``.
+
+        With ``storage_dtype`` (``torch.uint8`` for pixels) the tensor is held in that dtype, a quarter of
+        float32's bytes, and every read (:meth:`get_tensor_by_name`, :meth:`sample_by_index`,
+        :meth:`chunks_by_index`) converts what it returns to ``dtype``; the samples written must be exact
+        in it (pixel values 0-255). Returns the storage.
+        """
         if isinstance(size, gymnasium.Space):
             size = (flat_size(size),)
         shape = (size,) if isinstance(size, int) else tuple(size)
+        stored = storage_dtype or dtype
         if name in self.tensors:
             existing = self.tensors[name]
-            if existing.shape[2:] != shape or existing.dtype != dtype:
+            if existing.shape[2:] != shape or existing.dtype != stored or self.read_dtype(name) != dtype:
                 raise ValueError(f"memory tensor {name!r} exists with size {tuple(existing.shape[2:])} "
-                                 f"{existing.dtype}, asked for {shape} {dtype}")
+                                 f"{existing.dtype} read as {self.read_dtype(name)}, asked for {shape} {stored} "
+                                 f"read as {dtype}")
             return existing
-        self.tensors[name] = torch.zeros((self.memory_size, self.num_envs, *shape), dtype=dtype, device=self.device)
+        self.tensors[name] = torch.zeros((self.memory_size, self.num_envs, *shape), dtype=stored, device=self.device)
+        if stored != dtype:
+            self.read_dtypes[name] = dtype
         return self.tensors[name]
+
+    def read_dtype(self, name: str) -> torch.dtype:
+        """The dtype tensor ``name`` is read as (its storage's, unless it was created with a ``storage_dtype``)."""
+        return self.read_dtypes.get(name, self._get(name).dtype)
+
+    def _as_read(self, name: str, values: torch.Tensor) -> torch.Tensor:
+        """``values`` of tensor ``name`` in the dtype it is read as."""
+        dtype = self.read_dtypes.get(name)
+        return values if dtype is None else values.to(dtype)
 
     def add_samples(self, **tensors: torch.Tensor) -> None:
         """Write one step: each tensor has shape ``(num_envs, *size)``. Unknown names are an error."""
@@ -92,8 +113,11 @@ class Memory:
             self.filled = True
 
     def get_tensor_by_name(self, name: str, keepdim: bool = True) -> torch.Tensor:
-        """The whole tensor ``name``: ``(memory_size, num_envs, *size)``, or flattened if not ``keepdim``."""
-        tensor = self._get(name)
+        """The whole tensor ``name``: ``(memory_size, num_envs, *size)``, or flattened if not ``keepdim``. It is the
+        storage itself, except for a tensor held in a compact ``storage_dtype``: that one is returned converted,
+        a copy that writes do not reach (use :meth:`set_tensor_by_name`).
+        """
+        tensor = self._as_read(name, self._get(name))
         return tensor if keepdim else tensor.flatten(0, 1)
 
     def set_tensor_by_name(self, name: str, value: torch.Tensor) -> None:
@@ -114,7 +138,7 @@ class Memory:
     def sample_by_index(self, names: Sequence[str], indexes: torch.Tensor) -> List[torch.Tensor]:
         """The samples at flat ``indexes`` of each tensor in ``names``."""
         # index_select: the same rows as advanced indexing, several times faster on the CPU for a 1-d index
-        return [torch.index_select(self._get(name).flatten(0, 1), 0, indexes) for name in names]
+        return [self._as_read(name, torch.index_select(self._get(name).flatten(0, 1), 0, indexes)) for name in names]
 
     def indexes_ahead(self, indexes: torch.Tensor, steps: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """The flat indexes of the same env copies' next steps: ``(len(indexes), steps)``, column ``k``
@@ -139,7 +163,7 @@ class Memory:
         for name in names:
             tensor = self._get(name)
             by_chunk = tensor.unflatten(0, (self.memory_size // length, length)).transpose(1, 2)  # (chunks, envs, L, ...)
-            chunks.append(by_chunk.flatten(0, 1)[indexes])
+            chunks.append(self._as_read(name, by_chunk.flatten(0, 1)[indexes]))
         return chunks
 
     def sample_all(self, names: Sequence[str], mini_batches: int = 1) -> List[List[torch.Tensor]]:
@@ -180,7 +204,9 @@ class Memory:
     def load_state_dict(self, state: dict) -> None:
         """Restore what :meth:`state_dict` returned."""
         self.check_state(state)
-        self.tensors = {name: tensor.to(self.device) for name, tensor in state["tensors"].items()}
+        # a tensor this memory holds keeps its storage dtype (a checkpoint of float observations loads into bytes)
+        self.tensors = {name: tensor.to(self.device, self.tensors[name].dtype if name in self.tensors else tensor.dtype)
+                        for name, tensor in state["tensors"].items()}
         self.memory_index = int(state["memory_index"])
         self.filled = bool(state["filled"])
 

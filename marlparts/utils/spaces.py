@@ -1,6 +1,6 @@
 """Flattening of gymnasium spaces into the flat float vectors that models consume."""
 
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import gymnasium
 import numpy as np
@@ -12,6 +12,15 @@ def flat_size(space: gymnasium.Space) -> int:
     if space is None:
         raise ValueError("a space is required here, got None")
     return int(gymnasium.spaces.flatdim(space))
+
+
+def compact_storage_dtype(space: gymnasium.Space) -> Optional[torch.dtype]:
+    """The dtype that holds observations of ``space`` exactly in less memory than float32: ``torch.uint8`` for a
+    ``Box`` of ``uint8`` values (images), None otherwise (they are stored as float32).
+    """
+    if isinstance(space, gymnasium.spaces.Box) and space.dtype == np.uint8:
+        return torch.uint8
+    return None
 
 
 def action_size(space: gymnasium.Space) -> int:

@@ -21,7 +21,7 @@ from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
 from marlparts.utils.config import Config
 from marlparts.utils.distributed import all_reduce_sum, mean_over_ranks
-from marlparts.utils.spaces import action_size, flat_size, is_discrete
+from marlparts.utils.spaces import action_size, compact_storage_dtype, flat_size, is_discrete
 
 PPO_DEFAULT_CONFIG: Config = Config({
     "rollouts": 100,                      # env steps per update (the memory_size of every memory)
@@ -163,7 +163,9 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         for group in self.groups:
             uid, size, memory = group.uids[0], group.size, group.memory
             action_dtype = torch.long if is_discrete(self.action_spaces[uid]) else torch.float32
-            memory.create_tensor("observations", (size, flat_size(self.observation_spaces[uid])))
+            # images of bytes stay bytes in the rollout (read back as floats): a quarter of the memory
+            memory.create_tensor("observations", (size, flat_size(self.observation_spaces[uid])),
+                                 storage_dtype=compact_storage_dtype(self.observation_spaces[uid]))
             if self.USES_STATE:
                 memory.create_tensor("states", (flat_size(self.state_spaces[uid]),))
             memory.create_tensor("actions", (size, action_size(self.action_spaces[uid])), dtype=action_dtype)
