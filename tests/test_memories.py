@@ -82,3 +82,7 @@ def test_a_tensor_held_in_bytes_is_read_as_floats_everywhere_and_saved_as_bytes(
     assert torch.equal(fresh.get_tensor_by_name("observations"), expected)
     with pytest.raises(ValueError, match="read as"):
         fresh.create_tensor("observations", (2, 5))  # the same name as float32 storage: refused, naming both
+    loaded_first = RandomMemory(memory_size=4, num_envs=3)  # loaded before its algorithm creates the tensor
+    loaded_first.load(str(tmp_path / "memory.pt"))
+    loaded_first.create_tensor("observations", (2, 5), storage_dtype=torch.uint8)
+    assert torch.equal(loaded_first.get_tensor_by_name("observations"), expected)

@@ -80,10 +80,13 @@ class Memory:
         stored = storage_dtype or dtype
         if name in self.tensors:
             existing = self.tensors[name]
-            if existing.shape[2:] != shape or existing.dtype != stored or self.read_dtype(name) != dtype:
+            # a tensor loaded before it was created has no read dtype yet: this call gives it one
+            read_as = self.read_dtypes.get(name, dtype if existing.dtype == stored else existing.dtype)
+            if existing.shape[2:] != shape or existing.dtype != stored or read_as != dtype:
                 raise ValueError(f"memory tensor {name!r} exists with size {tuple(existing.shape[2:])} "
-                                 f"{existing.dtype} read as {self.read_dtype(name)}, asked for {shape} {stored} "
-                                 f"read as {dtype}")
+                                 f"{existing.dtype} read as {read_as}, asked for {shape} {stored} read as {dtype}")
+            if stored != dtype:
+                self.read_dtypes[name] = dtype
             return existing
         self.tensors[name] = torch.zeros((self.memory_size, self.num_envs, *shape), dtype=stored, device=self.device)
         if stored != dtype:
