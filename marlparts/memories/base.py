@@ -85,17 +85,12 @@ class Memory:
             if existing.shape[2:] != shape or existing.dtype != stored or read_as != dtype:
                 raise ValueError(f"memory tensor {name!r} exists with size {tuple(existing.shape[2:])} "
                                  f"{existing.dtype} read as {read_as}, asked for {shape} {stored} read as {dtype}")
-            if stored != dtype:
-                self.read_dtypes[name] = dtype
-            return existing
-        self.tensors[name] = torch.zeros((self.memory_size, self.num_envs, *shape), dtype=stored, device=self.device)
+        else:
+            self.tensors[name] = torch.zeros((self.memory_size, self.num_envs, *shape), dtype=stored,
+                                             device=self.device)
         if stored != dtype:
             self.read_dtypes[name] = dtype
         return self.tensors[name]
-
-    def read_dtype(self, name: str) -> torch.dtype:
-        """The dtype tensor ``name`` is read as (its storage's, unless it was created with a ``storage_dtype``)."""
-        return self.read_dtypes.get(name, self._get(name).dtype)
 
     def _as_read(self, name: str, values: torch.Tensor) -> torch.Tensor:
         """``values`` of tensor ``name`` in the dtype it is read as."""

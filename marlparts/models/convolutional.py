@@ -14,6 +14,8 @@ from typing import Sequence, Tuple, Type
 import torch
 from torch import nn
 
+from marlparts.models.base import mlp
+
 NATURE_CHANNELS = (32, 64, 64)
 NATURE_KERNEL_SIZES = (8, 4, 3)
 NATURE_STRIDES = (4, 2, 1)
@@ -59,8 +61,9 @@ class ImageInput(nn.Module):
         return f"image_shape={self.image_shape}, channels_last={self.channels_last}, input_scale={self.input_scale}"
 
 
-def _orthogonal(layer: nn.Module, gain: float) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, gain=gain)
+def _orthogonal(layer: nn.Conv2d) -> nn.Conv2d:
+    """``layer`` with orthogonal weights of gain √2 and zero biases, as :func:`mlp` initialises its hidden layers."""
+    nn.init.orthogonal_(layer.weight, gain=2**0.5)
     nn.init.zeros_(layer.bias)
     return layer
 
@@ -88,7 +91,7 @@ def cnn(image_shape: Sequence[int], output_size: int, *, channels: Sequence[int]
         channels: output channels of each convolution (no padding).
         kernel_sizes: kernel size of each convolution.
         strides: stride of each convolution.
-        hidden_sizes: fully connected layers after the convolutions.
+        hidden_sizes: fully connected layers after the convolutions (an :func:`mlp`, the network's last module).
         activation: placed after every convolution and hidden layer.
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
         channels_last: whether the env's images have their channels last.
@@ -110,12 +113,8 @@ def cnn(image_shape: Sequence[int], output_size: int, *, channels: Sequence[int]
             raise ValueError(f"cnn: convolution {index} ({kernel_size}x{kernel_size}, stride {stride}) does not fit an image "
                              f"of {size[0]}x{size[1]} (observation shape {image.image_shape}): pass smaller "
                              "kernel_sizes or strides")
-        layers += [_orthogonal(nn.Conv2d(in_channels, out_channels, kernel_size, stride), 2**0.5), activation()]
+        layers += [_orthogonal(nn.Conv2d(in_channels, out_channels, kernel_size, stride)), activation()]
         in_channels, size = out_channels, next_size
-    layers.append(nn.Flatten())
-    features = in_channels * size[0] * size[1]
-    for hidden in hidden_sizes:
-        layers += [_orthogonal(nn.Linear(features, hidden), 2**0.5), activation()]
-        features = hidden
-    layers.append(_orthogonal(nn.Linear(features, output_size), output_gain))
+    layers += [nn.Flatten(), mlp(in_channels * size[0] * size[1], output_size, hidden_sizes=hidden_sizes,
+                                 activation=activation, output_gain=output_gain)]
     return nn.Sequential(*layers)

@@ -262,8 +262,7 @@ class SequentialTrainer(Trainer):
         # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
         seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
         passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
-        fixed_seats = set(self.opponents.policies if self.opponents is not None else ()) | set(opponents or ())
-        if fixed_seats >= set(env.possible_agents):  # no algorithm plays: greedy or sampled changes nothing
+        if set(self._fixed_policies(opponents)) >= set(env.possible_agents):  # no algorithm plays: one pass
             passes = passes[:1]
         reports = {}
         for actions in passes:
@@ -334,9 +333,16 @@ class SequentialTrainer(Trainer):
         their seats, made anew (random players seeded from the evaluation's seed, algorithms as frozen
         copies), so the evaluation repeats itself and leaves the training opponents as they were.
         """
+        merged = self._fixed_policies(opponents)
+        return Opponents(merged, env, seed=seed, evaluation=True) if merged else None
+
+    def _fixed_policies(self, opponents: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+        """Seat to fixed policy in an evaluation: the trainer's opponents, with this evaluation's ``opponents``
+        in their seats.
+        """
         merged = dict(self.opponents.policies) if self.opponents is not None else {}
         merged.update(opponents or {})
-        return Opponents(merged, env, seed=seed, evaluation=True) if merged else None
+        return merged
 
     def _write_videos(self, frames: np.ndarray, timestep: int) -> List[str]:
         """Save ``frames`` in each algorithm's experiment folder and send them to its trackers."""
