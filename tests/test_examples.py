@@ -70,6 +70,18 @@ def test_vmas_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_p
     assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated
 
 
+def test_vmas_graph_example_trains_with_some_agents_and_evaluates_with_more(tmp_path, run_script):
+    pytest.importorskip("vmas")
+    pytest.importorskip("torch_geometric")
+    script = ROOT / "examples" / "vmas" / "navigation_ippo.py"
+    common = ("--model", "gnn", "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
+    trained = run_script(script, "--agents", 3, "--timesteps", 512, *common)
+    assert "trained 512 env steps" in trained
+    (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
+    evaluated = run_script(script, "--agents", 5, "--eval", "--checkpoint", checkpoint, *common)
+    assert "greedy evaluation over 8 episodes: mean return" in evaluated
+
+
 @pytest.mark.parametrize("name", ["tictactoe_ippo", "connect_four_ippo"])
 def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_each_seat(name, tmp_path, run_script):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"

@@ -8,14 +8,14 @@ import copy
 import datetime
 import os
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gymnasium
 import torch
 
 from marlparts.agents.common.checkpoints import CheckpointMixin
 from marlparts.agents.common.config_ranges import ALGORITHM_CONFIG_RANGES
-from marlparts.agents.common.groups import AgentGroup, build_groups
+from marlparts.agents.common.groups import AgentGroup, bind_agent_sets, build_groups
 from marlparts.agents.common.optimization import OptimizationMixin
 from marlparts.agents.common.stacking import StackedTrainedModel
 from marlparts.agents.common.tracking import TrackingMixin
@@ -117,6 +117,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         self.models = {uid: dict(models[uid]) for uid in self.possible_agents}
         self.memories = memories
         self.groups: List[AgentGroup] = build_groups(self.possible_agents, self.models, self.ROLES, memories)
+        bind_agent_sets(self.groups, self.agent_row_roles(), self.possible_agents, type(self).__name__)
         for group in self.groups:
             self._check_group_spaces(group)
             what = f"the group {group.uids} that shares models"
@@ -178,6 +179,14 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                 if spaces[uid] != spaces[first]:
                     raise ValueError(f"agents {first!r} and {uid!r} share models but their {name} spaces differ: "
                                      f"{spaces[first]} vs {spaces[uid]}")
+
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """The roles whose models this algorithm runs on one row per agent of their group, the agents of one env
+        copy consecutive: the models that may hold layers that read every agent of a copy together
+        (:class:`~marlparts.models.agent_sets.AgentSetLayer`: graph and set networks). None by default; an
+        algorithm that feeds its models so lists those roles.
+        """
+        return ()
 
     def distinct_models(self, role: Optional[str] = None) -> List[Model]:
         """Every distinct model instance (of ``role`` if given), in first-use order."""

@@ -1,5 +1,6 @@
 """The base class of every model: a ``torch.nn.Module`` that knows its spaces."""
 
+import math
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import gymnasium
@@ -68,14 +69,15 @@ class Model(nn.Module):
         if self.num_observations != expected:
             raise ValueError(f"{what}: the model {type(self).__name__} was built for {self.num_observations} inputs "
                              f"(observation_space={self.observation_space}) but will be fed {expected}")
-        sample = torch.zeros(2, expected, device=self.device)
+        rows = trial_rows(self, 2)
+        sample = torch.zeros(rows, expected, device=self.device)
         try:
             with torch.no_grad():
                 output, _ = self.compute({"observations": sample}, role="check")
         except RuntimeError as error:
-            raise ValueError(f"{what}: the model {type(self).__name__} fails on a ({2}, {expected}) input batch; "
+            raise ValueError(f"{what}: the model {type(self).__name__} fails on a ({rows}, {expected}) input batch; "
                              f"its layers do not match its observation space: {error}") from error
-        if outputs is not None and tuple(output.shape) != (2, outputs):
+        if outputs is not None and tuple(output.shape) != (rows, outputs):
             built_for = f" (it was built for action_space={self.action_space})" if self.action_space is not None else ""
             raise ValueError(f"{what}: the model {type(self).__name__} returns {tuple(output.shape[1:])} values per "
                              f"sample, expected {outputs}{built_for}")
@@ -85,6 +87,17 @@ class Model(nn.Module):
         with torch.no_grad():
             for target, param in zip(self.parameters(), source.parameters()):
                 target.lerp_(param, polyak)
+
+
+def trial_rows(model: nn.Module, at_least: int) -> int:
+    """A batch size of at least ``at_least`` rows for a trial pass of ``model`` that checks its shapes: a multiple of
+    the ``agents_per_copy`` of every layer that reads the agents of an env copy together
+    (:class:`~marlparts.models.agent_sets.AgentSetLayer`), so that the rows fill whole copies.
+    """
+    copy_sizes = [layer.agents_per_copy for layer in model.modules()
+                  if isinstance(getattr(layer, "agents_per_copy", None), int)]
+    copy_size = math.lcm(*copy_sizes) if copy_sizes else 1
+    return copy_size * max(1, math.ceil(at_least / copy_size))
 
 
 def mlp(input_size: int, output_size: int, *, hidden_sizes: Sequence[int] = (64, 64),

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from marlparts.models.base import trial_rows
 from marlparts.resources.preprocessors import RunningStandardScaler
 
 
@@ -47,7 +48,8 @@ def check_outputs_are_the_layer_s(model: nn.Module, layer: nn.Linear) -> None:
     size = getattr(model, "num_observations", None)
     if size is None or layer.weight.is_meta:  # a model on the meta device has no values to compare
         return
-    inputs = {"observations": torch.randn(4, size, generator=torch.Generator().manual_seed(0)).to(layer.weight.device)}
+    rows = torch.randn(trial_rows(model, 4), size, generator=torch.Generator().manual_seed(0))
+    inputs = {"observations": rows.to(layer.weight.device)}
     training, scaled = model.training, False
     model.eval()  # dropout or batch statistics would change the outputs between the two passes
     try:

@@ -4,7 +4,7 @@ and loading that changes nothing when it fails.
 
 import copy
 import os
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
@@ -40,6 +40,35 @@ def check_part_fits(name: str, part: Any, state: Mapping[str, Any]) -> None:
         if theirs != own_counts:
             raise ValueError(f"the checkpoint does not fit {name}: its parameter groups hold {theirs} tensors, "
                              f"this optimizer's {own_counts}")
+
+
+def _kind_and_agents(name: str) -> tuple:
+    """``("policy", "agent_0+agent_1")`` of a part name ``policy[agent_0+agent_1]`` (the agents empty without any)."""
+    kind, _, agents = name.partition("[")
+    return kind, agents.rstrip("]")
+
+
+def match_part_names(own: Sequence[str], saved: Sequence[str]) -> Dict[str, str]:
+    """``{own name: saved name}``: the checkpoint part each part of the algorithm loads from.
+
+    A part loads from the part of the same name. Where the names differ only in their agents and each side has
+    one group that shares every model (every part of a side names the same agents, joined by ``+``, and each kind
+    of part comes once), each part loads from the saved part of its kind: models shared by all agents, trained with some number
+    of agents, run on another (graph and set networks, or parameter-shared policies on the agent's own view).
+    Otherwise the names are left as they are, and the check that follows names what does not match.
+    """
+    matched = {name: name for name in own if name in saved}
+    if len(matched) == len(own) == len(saved):
+        return matched
+    own_kinds = [_kind_and_agents(name) for name in own]
+    saved_kinds = [_kind_and_agents(name) for name in saved]
+    one_group = all(len({agents for _, agents in kinds}) == 1 and len({kind for kind, _ in kinds}) == len(kinds)
+                    and not any("|" in agents for _, agents in kinds)  # a stack of agents' own models
+                    for kinds in (own_kinds, saved_kinds))
+    if not one_group or {kind for kind, _ in own_kinds} != {kind for kind, _ in saved_kinds}:
+        return {name: name for name in own}
+    saved_by_kind = {kind: name for (kind, _), name in zip(saved_kinds, saved)}
+    return {name: saved_by_kind[kind] for (kind, _), name in zip(own_kinds, own)}
 
 
 class CheckpointMixin:
@@ -80,12 +109,14 @@ class CheckpointMixin:
         """Raise a clear error if ``state`` does not fit this algorithm; changes nothing."""
         parts = self.checkpoint_parts()
         modules = state.get("modules", {})
-        missing, unknown = sorted(set(parts) - set(modules)), sorted(set(modules) - set(parts))
+        sources = match_part_names(list(parts), list(modules))
+        missing = sorted(name for name, source in sources.items() if source not in modules)
+        unknown = sorted(set(modules) - set(sources.values()))
         if missing or unknown:
             raise KeyError(f"checkpoint does not match this {type(self).__name__}: parts missing from it {missing}, "
                            f"parts this algorithm does not have {unknown}")
         for name, part in parts.items():
-            check_part_fits(name, part, modules[name])
+            check_part_fits(name, part, modules[sources[name]])
         missing = sorted(set(self.counters()) - set(state.get("counters", {})))
         if missing:
             raise KeyError(f"checkpoint does not match this {type(self).__name__}: counters missing from it {missing}")
@@ -112,8 +143,10 @@ class CheckpointMixin:
         self.resume_folder(state.get("experiment_dir"))
 
     def _apply_state(self, state: Mapping[str, Any]) -> None:
-        for name, part in self.checkpoint_parts().items():
-            part.load_state_dict(state["modules"][name])
+        parts = self.checkpoint_parts()
+        sources = match_part_names(list(parts), list(state["modules"]))
+        for name, part in parts.items():
+            part.load_state_dict(state["modules"][sources[name]])
         self.load_counters(state["counters"])
         set_rng_states(state["rng"])
         for group in self.groups:  # last: the backup a failed load falls back on does not hold memories

@@ -5,6 +5,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 import torch
 
 from marlparts.memories.base import Memory
+from marlparts.models.agent_sets import AgentSetLayer
 from marlparts.models.base import Model
 
 
@@ -88,6 +89,43 @@ def build_groups(possible_agents: Sequence[str], models: Mapping[str, Mapping[st
                                      f"two agents do not share models (groups {other.uids} and {group.uids}): give "
                                      "each group its own Memory")
     return groups
+
+
+def bind_agent_sets(groups: Sequence[AgentGroup], row_roles: Sequence[str], possible_agents: Sequence[str],
+                    algorithm: str) -> None:
+    """Tell each layer that reads the agents of an env copy together
+    (:class:`~marlparts.models.agent_sets.AgentSetLayer`) how many agents a copy has: the size of the group that
+    shares its model.
+
+    Args:
+        groups: the algorithm's groups.
+        row_roles: the roles whose models the algorithm runs on one row per agent of the group, the agents of
+            one copy consecutive (the only ones such layers can be in).
+        possible_agents: every agent the algorithm runs.
+        algorithm: the algorithm's name, for the errors.
+
+    Raises:
+        ValueError: such a layer in a model of another role, in a model of more than one group (its rows would
+            hold only some of the agents it reads), or in a model of a one-agent group where there are more agents.
+    """
+    for group in groups:
+        for role, model in group.models.items():
+            layers = [layer for layer in model.modules() if isinstance(layer, AgentSetLayer)]
+            if not layers:
+                continue
+            where = f"models[{group.uids[0]!r}][{role!r}] ({type(model).__name__}) has a {type(layers[0]).__name__} layer"
+            if role not in row_roles:
+                readers = f"only its {list(row_roles)} models" if row_roles else "none of its models"
+                raise ValueError(f"{where}, which reads every agent of an env copy, but {algorithm} gives such a layer "
+                                 f"one row per agent in {readers}")
+            users = [other.uids for other in groups if any(used is model for used in other.models.values())]
+            if len(users) > 1 or (group.size == 1 and len(possible_agents) > 1):
+                raise ValueError(f"{where}, which reads every agent of an env copy, so one instance must be shared by "
+                                 f"the agents it reads: it is used by {' and '.join(map(str, users))}, which do not "
+                                 f"share all their models ({algorithm} runs agents that share every model as one group, "
+                                 f"of {len(possible_agents)} agents here)")
+            for layer in layers:
+                layer.agents_per_copy = group.size
 
 
 def agent_order(groups: Sequence[AgentGroup], possible_agents: Sequence[str],

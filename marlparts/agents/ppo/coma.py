@@ -83,6 +83,10 @@ class COMA(MultiAgentPPO):
         self._step: Mapping[str, Any] = {}
 
     # ----------------------------------------------------------------------------- the critic
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """None: graph and set layers are not run under COMA."""
+        return ()
+
     def critic_input_size(self, uid: str) -> int:
         """Size of the global state (what the state preprocessor standardises)."""
         return flat_size(self.state_spaces[uid])

@@ -121,6 +121,10 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         self.acted_agents: frozenset = frozenset(self.possible_agents)  # the agents that acted in the last rollout
 
     # ----------------------------------------------------------------------------- construction
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """The policy reads one row per agent of its group, the agents of each env copy consecutive."""
+        return ("policy",)
+
     def critic_input_size(self, uid: str) -> int:
         """Number of values the critic of ``uid`` reads before preprocessing (what the state preprocessor sees)."""
         raise NotImplementedError

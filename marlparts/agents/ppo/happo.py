@@ -40,6 +40,10 @@ class HAPPO(MAPPO):
                              f"any of its parameters; these agents share: {[list(uids) for uids in shared]}. Build one "
                              f"policy per agent (and keep cfg['stack_models'] False)")
 
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """None: each agent has a policy of its own, so no policy reads the other agents' rows."""
+        return ()
+
     def update(self, timestep: int, timesteps: int) -> None:
         """HAPPO update on the rollout just collected.
 

@@ -24,6 +24,10 @@ class IPPO(MultiAgentPPO):
     DEFAULT_CONFIG = IPPO_DEFAULT_CONFIG
     USES_STATE = False
 
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """Policy and critic both read one row per agent of their group (each agent's own observation)."""
+        return ("policy", "value")
+
     def critic_input_size(self, uid: str) -> int:
         """Size of the agent's flattened observation."""
         return flat_size(self.observation_spaces[uid])

@@ -64,6 +64,10 @@ class RecurrentPPOMixin:
         self._fresh_start = True  # every hidden state starts at zero at the first training step
         self._ended: Dict[int, torch.Tensor] = {}  # id(group) -> (copies, group): agents whose episode just ended
 
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """None: recurrent models read sequences, not one step's rows of a copy's agents."""
+        return ()
+
     def critic_row_starts(self, group: AgentGroup, agent_starts: torch.Tensor, copy_starts: torch.Tensor) -> torch.Tensor:
         """``(batch, critic rows per copy)`` bool: which rows of the group's critic start afresh, from
         ``agent_starts`` ``(batch, group)`` and ``copy_starts`` ``(batch,)``. The same map gives the rows held

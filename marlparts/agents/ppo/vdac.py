@@ -2,7 +2,7 @@
 into the team's value, and every policy trained on the team's advantage.
 """
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -57,6 +57,10 @@ class VDAC(IPPO):
         self._agent_order = agent_order(self.groups, self.possible_agents)
 
     # ----------------------------------------------------------------------------- the team value
+    def agent_row_roles(self) -> Tuple[str, ...]:
+        """The policy; the agents' values, which the mixer combines, are not run through graph or set layers."""
+        return ("policy",)
+
     def mix(self, agent_values: torch.Tensor, states: Optional[torch.Tensor]) -> torch.Tensor:
         """The team value ``(..., 1)`` of the agents' values ``(..., agents)`` (0 for inactive agents)."""
         return agent_values.sum(-1, keepdim=True)
