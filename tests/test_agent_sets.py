@@ -187,3 +187,96 @@ def test_a_checkpoint_of_agents_with_models_of_their_own_does_not_load_into_shar
               "value": Value(observation_space=OBSERVATION)}
     with pytest.raises(KeyError, match="checkpoint does not match this IPPO"):
         build_ippo(3, models={uid: shared for uid in uids}).load_state_dict(state)
+
+
+def test_a_layer_serves_one_agent_count_so_a_second_algorithm_of_another_count_is_refused_and_changes_nothing():
+    six = build_ippo(6, kind="deepsets")
+    shared = six.groups[0].models
+    with pytest.raises(ValueError, match="already reads copies of 6 agents .* not 8: a layer serves one agent count"):
+        build_ippo(8, models={f"agent_{k}": shared for k in range(8)})
+    assert all(layer.agents_per_copy == 6 for model in shared.values() for layer in model.modules()
+               if hasattr(layer, "agents_per_copy"))
+    build_ippo(6, models={f"agent_{k}": shared for k in range(6)})  # the same count again is fine
+
+
+def test_one_layer_inside_the_models_of_two_groups_of_different_sizes_is_refused_before_any_is_set():
+    layer = DeepSets(5, 3, hidden_size=8)
+
+    class Wrapped(CategoricalMixin, Model):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.net = layer
+
+        def compute(self, inputs, role=""):
+            return self.net(inputs["observations"]), {}
+
+    first = {"policy": Wrapped(observation_space=OBSERVATION, action_space=ACTIONS),
+             "value": MlpValue(observation_space=OBSERVATION)}
+    second = {"policy": Wrapped(observation_space=OBSERVATION, action_space=ACTIONS),
+              "value": MlpValue(observation_space=OBSERVATION)}
+    models = {"agent_0": first, "agent_1": first, "agent_2": first, "agent_3": second, "agent_4": second}
+    with pytest.raises(ValueError, match="already reads copies of 3 agents .* not 2"):
+        build_ippo(5, models=models)
+    assert layer.agents_per_copy is None
+
+
+def test_a_checkpoint_of_another_agent_count_gives_its_models_but_neither_its_counters_nor_its_folder(tmp_path):
+    trained = build_ippo(3, cfg={"experiment": {"directory": str(tmp_path), "experiment_name": "three"}})
+    trained.init()
+    trained.timestep, trained.best_return = 4096, 7.5
+    path = tmp_path / "three.pt"
+    trained.save(str(path))
+    larger = build_ippo(5, cfg={"experiment": {"directory": str(tmp_path), "experiment_name": ""}})
+    larger.load(str(path))  # before the run starts, as an example's --checkpoint
+    assert (larger.timestep, larger.best_return) == (0, -float("inf"))
+    larger.init()
+    assert larger.experiment_dir != trained.experiment_dir
+    same = build_ippo(3, cfg={"experiment": {"directory": str(tmp_path), "experiment_name": ""}})
+    same.load(str(path))  # the same agents: the run goes on, in the checkpoint's folder
+    assert same.timestep == 4096 and same.experiment_dir == trained.experiment_dir
+
+
+def test_a_checkpoint_of_other_agent_ids_does_not_load_into_shared_models():
+    red = build_ippo(3)
+    state = red.state_dict()
+    state["modules"] = {name.replace("agent_", "red_"): part for name, part in state["modules"].items()}
+    with pytest.raises(KeyError, match="checkpoint does not match this IPPO"):
+        build_ippo(3).load_state_dict(state)
+
+
+def test_a_truncated_agent_s_final_value_reads_the_others_as_they_are_not_the_env_s_zero_rows():
+    from helpers import build_mappo
+    from toy_envs import CountingEnv
+
+    from marlparts.envs import wrap_env
+
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=1, leave_by="truncated"), num_envs=2, seed=0)
+    agent = build_mappo(env, algorithm="ippo")
+    agent.init()
+    read = []
+    original = agent.final_values
+    agent.final_values = lambda group, observations, states: read.append(observations.clone()) or original(
+        group, observations, states)
+    observations, infos = env.reset()
+    actions = agent.act(observations, None, infos, 0, 10)
+    next_observations, rewards, terminated, truncated, infos = env.step(actions)
+    assert bool(truncated["agent_1"].all()) and not bool(truncated["agent_0"].any())
+    agent.record_transition(observations=observations, states=None, actions=actions, rewards=rewards,
+                            next_observations=next_observations, next_states=None, terminated=terminated,
+                            truncated=truncated, infos=infos, timestep=0, timesteps=10)
+    (rows,) = read
+    assert torch.equal(rows[:, 1], infos["final_observation"]["agent_1"])
+    assert torch.equal(rows[:, 0], next_observations["agent_0"]) and torch.equal(rows[:, 2], next_observations["agent_2"])
+    assert next_observations["agent_0"].abs().sum() > 0
+    env.close()
+
+
+def test_an_edge_list_made_under_inference_mode_does_not_serve_training():
+    pytest.importorskip("torch_geometric")
+    network = AgentGraph(5, 2, hidden_size=8, position_features=(0, 2))
+    network.agents_per_copy = 3
+    rows = torch.randn(6, 5)
+    with torch.inference_mode():
+        network(rows)
+    network(rows).sum().backward()
+    assert all(parameter.grad is not None for parameter in network.encoder.parameters())

@@ -60,13 +60,13 @@ class AgentGraph(AgentSetLayer):
             for _ in range(message_passes))
         self.decoder = mlp(hidden_size, output_size, hidden_sizes=(hidden_size,), activation=activation,
                            output_gain=output_gain)
-        self._edges: Dict[Tuple[int, int, torch.device], torch.Tensor] = {}
+        self._edges: Dict[Tuple[int, int, torch.device, bool], torch.Tensor] = {}
 
     def edge_index(self, copies: int, agents: int, device: torch.device) -> torch.Tensor:
         """``(2, copies * agents * (agents - 1))`` sender and receiver rows: every ordered pair of distinct agents
         of each copy (kept for the next call with the same sizes).
         """
-        key = (copies, agents, device)
+        key = (copies, agents, device, torch.is_inference_mode_enabled())  # inference tensors serve no backward
         if key not in self._edges:
             pairs = (~torch.eye(agents, dtype=torch.bool, device=device)).nonzero().T  # (2, agents * (agents - 1))
             first_rows = torch.arange(copies, device=device) * agents

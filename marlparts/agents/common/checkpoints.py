@@ -51,11 +51,13 @@ def _kind_and_agents(name: str) -> tuple:
 def match_part_names(own: Sequence[str], saved: Sequence[str]) -> Dict[str, str]:
     """``{own name: saved name}``: the checkpoint part each part of the algorithm loads from.
 
-    A part loads from the part of the same name. Where the names differ only in their agents and each side has
-    one group that shares every model (every part of a side names the same agents, joined by ``+``, and each kind
-    of part comes once), each part loads from the saved part of its kind: models shared by all agents, trained with some number
-    of agents, run on another (graph and set networks, or parameter-shared policies on the agent's own view).
-    Otherwise the names are left as they are, and the check that follows names what does not match.
+    A part loads from the part of the same name. Where the names differ only in their agents, each side has one
+    group that shares every model (every part of a side names the same agents, joined by ``+``, and each kind of
+    part comes once) and one side's agents are among the other's (``agent_0..agent_5`` and ``agent_0..agent_7``;
+    never two teams of different ids), each part loads from the saved part of its kind: models shared by all
+    agents, trained with some number of agents, run on another (graph and set networks, or parameter-shared
+    policies on the agent's own view). Otherwise the names are left as they are, and the check that follows
+    names what does not match.
     """
     matched = {name: name for name in own if name in saved}
     if len(matched) == len(own) == len(saved):
@@ -66,6 +68,9 @@ def match_part_names(own: Sequence[str], saved: Sequence[str]) -> Dict[str, str]
                     and not any("|" in agents for _, agents in kinds)  # a stack of agents' own models
                     for kinds in (own_kinds, saved_kinds))
     if not one_group or {kind for kind, _ in own_kinds} != {kind for kind, _ in saved_kinds}:
+        return {name: name for name in own}
+    own_agents, saved_agents = set(own_kinds[0][1].split("+")), set(saved_kinds[0][1].split("+"))
+    if not (own_agents <= saved_agents or saved_agents <= own_agents):
         return {name: name for name in own}
     saved_by_kind = {kind: name for (kind, _), name in zip(saved_kinds, saved)}
     return {name: saved_by_kind[kind] for (kind, _), name in zip(own_kinds, own)}
@@ -117,6 +122,8 @@ class CheckpointMixin:
                            f"parts this algorithm does not have {unknown}")
         for name, part in parts.items():
             check_part_fits(name, part, modules[sources[name]])
+        if any(name != source for name, source in sources.items()):
+            return  # another number of agents: only the parts load (load_state_dict)
         missing = sorted(set(self.counters()) - set(state.get("counters", {})))
         if missing:
             raise KeyError(f"checkpoint does not match this {type(self).__name__}: counters missing from it {missing}")
@@ -132,21 +139,31 @@ class CheckpointMixin:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned; everything is checked first, and a load that fails
         leaves the algorithm as it was.
+
+        A checkpoint of the same agents continues its run: counters, random generators, memories and the
+        experiment folder come with the models. One of another number of agents (:func:`match_part_names`)
+        gives the models, their optimizers and preprocessors only: this is another run, with counters and a
+        folder of its own, which leaves the checkpoint's run as it was.
         """
         self._check_state(state)
+        parts = list(self.checkpoint_parts())
+        same_agents = all(name == source for name, source in match_part_names(parts, list(state["modules"])).items())
         backup = copy.deepcopy(self.state_dict(include_memory=False))
         try:
-            self._apply_state(state)
+            self._apply_state(state, parts_only=not same_agents)
         except Exception:
             self._apply_state(backup)
             raise
-        self.resume_folder(state.get("experiment_dir"))
+        if same_agents:
+            self.resume_folder(state.get("experiment_dir"))
 
-    def _apply_state(self, state: Mapping[str, Any]) -> None:
+    def _apply_state(self, state: Mapping[str, Any], *, parts_only: bool = False) -> None:
         parts = self.checkpoint_parts()
         sources = match_part_names(list(parts), list(state["modules"]))
         for name, part in parts.items():
             part.load_state_dict(state["modules"][sources[name]])
+        if parts_only:
+            return
         self.load_counters(state["counters"])
         set_rng_states(state["rng"])
         for group in self.groups:  # last: the backup a failed load falls back on does not hold memories

@@ -267,6 +267,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         if not self.training:
             return
         infos = infos or {}
+        self._next_observations, self._next_states, self._next_infos = next_observations, next_states, infos
         with torch.no_grad():
             for group in self.groups:
                 obs = stack_agents(observations, group.uids)
@@ -278,17 +279,24 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                     samples["action_mask"] = group.cache["action_mask"]
                     self._has_action_mask = True
                 group.memory.add_samples(**samples)
-        self._next_observations, self._next_states, self._next_infos = next_observations, next_states, infos
 
     def step_samples(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor], *,
                      rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
                      truncated: Mapping[str, torch.Tensor], infos: Mapping[str, Any]) -> Dict[str, torch.Tensor]:
-        """What the group stores of the step just taken (``observations`` ``(copies, group, obs)``)."""
+        """What the group stores of the step just taken (``observations`` ``(copies, group, obs)``).
+
+        A truncated agent's value is bootstrapped from its final observation; the critic reads it beside the
+        observations, at that moment, of the group's agents that go on (the env's ``final_observation`` is
+        only the ended agents'), which a critic over all the agents of a copy needs.
+        """
         truncated_group = stack_agents(truncated, group.uids).bool()
         final_values = torch.zeros_like(group.cache["log_prob"])
         if group.cfg["time_limit_bootstrap"] and truncated_group.any() \
                 and self.can_bootstrap_time_limits(infos, self.USES_STATE):
             final_obs = stack_agents(infos["final_observation"], group.uids)
+            ended = truncated_group | stack_agents(terminated, group.uids).bool()
+            if self._next_observations is not None and not ended.all():
+                final_obs = torch.where(ended, final_obs, stack_agents(self._next_observations, group.uids))
             final_values = torch.where(truncated_group,
                                        self.final_values(group, final_obs, infos.get("final_state")), 0.0)
         samples = {
