@@ -327,3 +327,42 @@ def test_boolean_actions_are_refused_for_integer_spaces_also_side_by_side():
     side_by_side = AgentTensors(torch.ones(3, 2, dtype=torch.bool), env.action_layout)
     with pytest.raises(TypeError, match="agent_0.*dtype bool.*takes integers"):
         env.step(side_by_side)
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("model", ["gnn", "deepsets"])
+def test_networks_over_the_agents_learn_navigation_and_play_with_more_agents(tmp_path, model):
+    """The navigation example's IPPO with a graph or DeepSets policy and critic (4 agents, 128 copies, rollouts
+    of 16), 100k env steps, 3 seeds: greedy return on evaluation copies well above random actions (about -0.8)
+    on every seed, and the trained models, loaded into the example built for 6 agents, still far above it.
+    Measured (seeds 0-2): graph 0.83 / 0.68 / 0.74, with 6 agents 0.83 / 0.69 / 0.70; DeepSets 0.89 / 0.91 /
+    0.98, with 6 agents 0.78 / 0.79 / 0.92."""
+    if model == "gnn":
+        pytest.importorskip("torch_geometric")
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "vmas" / "navigation_ippo.py"
+    spec = importlib.util.spec_from_file_location("navigation_ippo", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    from marlparts.trainers import SequentialTrainer
+    from marlparts.utils import set_seed
+
+    quiet = {"tensorboard": False, "csv": False, "checkpoint_interval": 0}
+    returns, with_six = [], []
+    for seed in range(3):
+        set_seed(seed)
+        env = example.make_env(128, seed=seed, agents=4)
+        agent = example.make_agent(env, str(tmp_path), model=model, rollouts=16, experiment=quiet)
+        trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 100_000 // 128, "eval_episodes": 128})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        returns.append(trainer.eval()["mean_return"])
+        larger_env = example.make_env(128, seed=seed, agents=6)
+        larger = example.make_agent(larger_env, str(tmp_path), model=model, rollouts=16, experiment=quiet)
+        larger.load_state_dict(agent.state_dict())
+        with_six.append(SequentialTrainer(env=larger_env, agents=larger, cfg={"eval_episodes": 128}).eval()["mean_return"])
+    assert min(returns) > 0.4, returns
+    assert min(with_six) > 0.2, with_six
