@@ -16,6 +16,9 @@ Three workloads:
 - ``mappo_example``: each version's own ``examples/mpe/simple_spread_mappo.py`` (64 copies, shared
   policy, centralised critic) for ``--example-steps`` env steps; the rate is the one it prints.
 - ``example``: the same with each version's own copy of the example script ``--example``.
+- ``example_env_only``: env-only stepping (uniform random actions) of the env that each version's own
+  ``--example`` builds (its ``make_env()`` with its default copies) for ``--example-steps`` env steps,
+  after one warm-up step: the cost of the env wrappers alone.
 
 With ``--phases`` (``same_work``), each process also says where the time of a training step goes, in
 microseconds per env step: acting, env stepping, storing, and the update, with its losses, backward
@@ -156,9 +159,49 @@ def measure(chunks: int, chunk_steps: int, phases: bool = False) -> dict:
             **{f"us_per_step_{phase}": seconds / steps * 1e6 for phase, seconds in sorted(times.items())}}
 
 
+def measure_env_only(example: str, steps: int) -> dict:
+    """Step the env that ``example``'s ``make_env()`` builds (this version's copy of the script) with uniform
+    random actions for ``steps`` env steps (all copies counted): its env-only rate."""
+    import importlib.util
+
+    import gymnasium
+    import torch
+
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("example", example)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    env = module.make_env()
+    env.reset()
+    generator = torch.Generator().manual_seed(0)
+
+    def random_action(space: gymnasium.Space) -> torch.Tensor:
+        if isinstance(space, gymnasium.spaces.Discrete):
+            return torch.randint(0, int(space.n), (env.num_envs, 1), generator=generator)
+        low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
+        return low + (high - low) * torch.rand(env.num_envs, *space.shape, generator=generator)
+
+    def step() -> None:
+        env.step({uid: random_action(env.action_space(uid)).to(env.device) for uid in env.possible_agents})
+
+    step()  # warm-up
+    vectorized = max(1, steps // env.num_envs)
+    began = time.perf_counter()
+    for _ in range(vectorized):
+        step()
+    seconds = time.perf_counter() - began
+    env.close()
+    return {"env_only_steps_per_s": vectorized * env.num_envs / seconds}
+
+
+def rate_key(args: argparse.Namespace) -> str:
+    """The figure the two versions are compared by."""
+    return "env_only_steps_per_s" if args.workload == "example_env_only" else "training_steps_per_s"
+
+
 def example_script(args: argparse.Namespace) -> str:
     """The example script an example workload runs (each version's own copy of it)."""
-    return args.example if args.workload == "example" else MAPPO_EXAMPLE
+    return args.example if args.workload in ("example", "example_env_only") else MAPPO_EXAMPLE
 
 
 def start_version(source: pathlib.Path, args: argparse.Namespace, directory: str, core: Optional[int] = None):
@@ -167,6 +210,9 @@ def start_version(source: pathlib.Path, args: argparse.Namespace, directory: str
     if args.workload in ("mappo_example", "example"):
         command = [sys.executable, example_script(args), "--timesteps", str(args.example_steps), "--episodes", "4",
                    "--directory", directory]
+    elif args.workload == "example_env_only":
+        command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure-env-only", example_script(args),
+                   "--example-steps", str(args.example_steps)]
     else:
         command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure", "--chunks", str(args.chunks),
                    "--chunk-steps", str(args.chunk_steps)] + (["--phases"] if args.phases else [])
@@ -205,7 +251,8 @@ def main() -> None:
     """Alternate the two versions for ``--rounds`` rounds and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", help="the earlier commit to time against this checkout")
-    parser.add_argument("--workload", choices=["same_work", "mappo_example", "example"], default="same_work")
+    parser.add_argument("--workload", choices=["same_work", "mappo_example", "example", "example_env_only"],
+                        default="same_work")
     parser.add_argument("--example", default=MAPPO_EXAMPLE, help="the example script of the 'example' workload")
     parser.add_argument("--example-steps", type=int, default=64000, help="env steps of each run of the example")
     parser.add_argument("--rounds", type=int, default=5)
@@ -216,9 +263,13 @@ def main() -> None:
     parser.add_argument("--phases", action="store_true", help="same_work: time each phase of training too")
     parser.add_argument("--output", help="the JSON results file")
     parser.add_argument("--measure", action="store_true", help="(internal) measure the version on the path")
+    parser.add_argument("--measure-env-only", metavar="EXAMPLE", help="(internal) env-only rate of EXAMPLE's env")
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.chunks, args.chunk_steps, args.phases)))
+        return
+    if args.measure_env_only:
+        print(json.dumps(measure_env_only(args.measure_env_only, args.example_steps)))
         return
     if not args.commit or not args.output:
         parser.error("--commit and --output are needed")
@@ -246,8 +297,8 @@ def main() -> None:
     for version in ("earlier", "now"):
         for key in (key for key in report["rounds"][0][version] if key != "core"):
             summary[f"{version}_{key}"] = statistics.median(row[version][key] for row in report["rounds"])
-    summary["now_over_earlier"] = statistics.median(row["now"]["training_steps_per_s"] / row["earlier"]["training_steps_per_s"]
-                                                    for row in report["rounds"])
+    key = rate_key(args)
+    summary["now_over_earlier"] = statistics.median(row["now"][key] / row["earlier"][key] for row in report["rounds"])
     report["median"] = summary
     pathlib.Path(args.output).write_text(json.dumps(report, indent=1))
     print(json.dumps(summary, indent=1))

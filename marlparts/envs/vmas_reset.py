@@ -95,9 +95,9 @@ class CopyResetter:
             self._reset_some(ended)
 
     def _reset_some(self, ended: torch.Tensor) -> None:
-        keep = ~ended
+        keep = torch.nonzero(~ended).flatten()  # one index for every tensor: no boolean mask resolved per tensor
         paths = batched_tensor_paths(self.env, self.env.num_envs)
-        kept = [(path, resolve(self.env, path)[keep].clone()) for path in paths]
+        kept = [(path, resolve(self.env, path).index_select(0, keep)) for path in paths]
         self.env.reset(return_observations=False)
         for path, rows in kept:
             try:
@@ -112,4 +112,4 @@ class CopyResetter:
                 raise RuntimeError(f"VMAS's reset replaced {_describe(path)} by something else than a tensor of the same "
                                    f"shape, so the copies that go on cannot be kept; wrap this env with "
                                    f"vectorised_reset=False")
-            tensor[keep] = rows
+            tensor.index_copy_(0, keep, rows)
