@@ -7,7 +7,7 @@
     python benchmarks/against_commit.py --workload example --example examples/mpe/simple_speaker_listener_happo.py \\
         --commit <commit> --rounds 5 --output <file>
 
-Three workloads:
+Four workloads:
 
 - ``same_work``: the configuration of a library that steps one env copy: simple_spread (3 agents,
   discrete actions), each agent its own policy and critic (no sharing), rollouts of 125 steps, 10
@@ -177,7 +177,9 @@ def measure_env_only(example: str, steps: int) -> dict:
 
     def random_action(space: gymnasium.Space) -> torch.Tensor:
         if isinstance(space, gymnasium.spaces.Discrete):
-            return torch.randint(0, int(space.n), (env.num_envs, 1), generator=generator)
+            return int(space.start) + torch.randint(0, int(space.n), (env.num_envs, 1), generator=generator)
+        if not isinstance(space, gymnasium.spaces.Box):
+            raise SystemExit(f"example_env_only draws random actions of Discrete and Box spaces, not {space}")
         low, high = torch.as_tensor(space.low), torch.as_tensor(space.high)
         return low + (high - low) * torch.rand(env.num_envs, *space.shape, generator=generator)
 
@@ -275,8 +277,11 @@ def main() -> None:
         parser.error("--commit and --output are needed")
     if args.simultaneous and len(os.sched_getaffinity(0)) < 2:
         parser.error("--simultaneous needs two cores")
-    report = {"commit": args.commit, "checkout": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                                                  capture_output=True, text=True).stdout.strip(),
+    def git(*arguments: str) -> str:
+        return subprocess.run(["git", *arguments], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    report = {"commit": git("rev-parse", "--short", args.commit), "checkout": git("rev-parse", "--short", "HEAD"),
+              "checkout_has_uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
               "workload": args.workload,
               "config": ("simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches"
                          if args.workload == "same_work" else

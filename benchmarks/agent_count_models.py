@@ -99,8 +99,8 @@ def main() -> None:
     torch.set_num_threads(1)
     example = load_example(EXAMPLE)
     output = pathlib.Path(args.output)
-    settings = {"example": EXAMPLE, "agents": args.agents, "timesteps": args.timesteps, "episodes": args.episodes,
-                "num_envs": args.num_envs}
+    settings = {"example": EXAMPLE, "agents": args.agents, "eval_agents": sorted(args.eval_agents),
+                "timesteps": args.timesteps, "episodes": args.episodes, "num_envs": args.num_envs}
     report = {**settings, "random": {}, "runs": {}, "summary": {}}
     if output.exists():
         earlier = json.loads(output.read_text())

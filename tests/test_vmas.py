@@ -366,3 +366,31 @@ def test_networks_over_the_agents_learn_navigation_and_play_with_more_agents(tmp
         with_six.append(SequentialTrainer(env=larger_env, agents=larger, cfg={"eval_episodes": 128}).eval()["mean_return"])
     assert min(returns) > 0.4, returns
     assert min(with_six) > 0.2, with_six
+
+
+class _ResetReplacesTensors:
+    """A stand-in for a VMAS env whose reset replaces its per-copy tensors: ``pos`` by ``reset_pos`` (its rows
+    set to -1), ``spread`` by a ``(copies, 1)`` column expanded to 3 values a row."""
+
+    def __init__(self, num_envs=4, reset_rows=None):
+        self.num_envs, self.device = num_envs, torch.device("cpu")
+        self.reset_rows = reset_rows or num_envs
+        self.pos = torch.arange(num_envs * 2, dtype=torch.float32).view(num_envs, 2)
+        self.spread = torch.arange(num_envs, dtype=torch.float32).view(num_envs, 1).expand(num_envs, 3)
+
+    def reset(self, return_observations=False):
+        self.pos = torch.full((self.reset_rows, 2), -1.0)
+        self.spread = torch.full((self.num_envs, 1), -1.0).expand(self.num_envs, 3)
+
+
+def test_a_vectorised_reset_keeps_the_rows_of_copies_that_go_on_and_refuses_a_tensor_of_other_rows():
+    env = _ResetReplacesTensors()
+    ended = torch.tensor([False, True, False, True])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # indexing into an expanded tensor is deprecated, as it is in VMAS
+        CopyResetter(env)._reset_some(ended)
+    assert env.pos.tolist() == [[0.0, 1.0], [-1.0, -1.0], [4.0, 5.0], [-1.0, -1.0]]
+    assert env.spread[:, 0].tolist() == [0.0, -1.0, 2.0, -1.0]
+    longer = _ResetReplacesTensors(reset_rows=8)
+    with pytest.raises(RuntimeError, match=r"replaced env\.pos by something else than a tensor of the same shape"):
+        CopyResetter(longer)._reset_some(ended)

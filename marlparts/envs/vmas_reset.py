@@ -95,7 +95,8 @@ class CopyResetter:
             self._reset_some(ended)
 
     def _reset_some(self, ended: torch.Tensor) -> None:
-        keep = torch.nonzero(~ended).flatten()  # one index for every tensor: no boolean mask resolved per tensor
+        # one index of the copies that go on for every tensor, on the env's device: no boolean mask resolved per tensor
+        keep = torch.nonzero(~ended.to(self.env.device)).flatten()
         paths = batched_tensor_paths(self.env, self.env.num_envs)
         kept = [(path, resolve(self.env, path).index_select(0, keep)) for path in paths]
         self.env.reset(return_observations=False)
@@ -108,8 +109,9 @@ class CopyResetter:
                 continue
             if isinstance(tensor, torch.Tensor) and tensor.dim() > 0 and tensor.stride(0) == 0:
                 continue  # now one value for every copy (an expanded view): nothing per copy to keep
-            if not isinstance(tensor, torch.Tensor) or tensor.shape[1:] != rows.shape[1:]:
+            if not isinstance(tensor, torch.Tensor) or tensor.shape[0] != self.env.num_envs \
+                    or tensor.shape[1:] != rows.shape[1:]:
                 raise RuntimeError(f"VMAS's reset replaced {_describe(path)} by something else than a tensor of the same "
                                    f"shape, so the copies that go on cannot be kept; wrap this env with "
                                    f"vectorised_reset=False")
-            tensor.index_copy_(0, keep, rows)
+            tensor[keep] = rows  # (index_copy_ would refuse a tensor expanded along a later dimension)
