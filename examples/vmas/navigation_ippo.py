@@ -113,10 +113,11 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=NUM_AGENTS, help="agents in each copy")
     parser.add_argument("--model", choices=MODELS, default="mlp",
                         help="the networks: an MLP on the agent's own observation, or a graph or DeepSets network "
-                             "over every agent of the copy (these evaluate with another --agents than they trained with)")
+                             "over every agent of the copy (a checkpoint of any of them runs with another --agents)")
     parser.add_argument("--device", default="cpu", help="where the env, models and updates live (cpu, cuda, ...)")
     parser.add_argument("--directory", default=DIRECTORY, help="where TensorBoard logs and checkpoints go")
-    parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
+    parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it (with another "
+                                                 "--agents, a new run starts from its models)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
     parser.add_argument("--episodes", type=int, default=512, help="evaluation episodes")
     parser.add_argument("--video", action="store_true", help="record evaluation videos in the experiment folder")
