@@ -110,11 +110,12 @@ class CheckpointMixin:
             state["memories"] = {group.uids[0]: group.memory.state_dict() for group in self.groups}
         return state
 
-    def _check_state(self, state: Mapping[str, Any]) -> None:
-        """Raise a clear error if ``state`` does not fit this algorithm; changes nothing."""
+    def _check_state(self, state: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+        """Raise a clear error if ``state`` does not fit this algorithm, each part read from its ``sources``
+        entry (:func:`match_part_names`); changes nothing.
+        """
         parts = self.checkpoint_parts()
         modules = state.get("modules", {})
-        sources = match_part_names(list(parts), list(modules))
         missing = sorted(name for name, source in sources.items() if source not in modules)
         unknown = sorted(set(modules) - set(sources.values()))
         if missing or unknown:
@@ -145,22 +146,20 @@ class CheckpointMixin:
         gives the models, their optimizers and preprocessors only: this is another run, with counters and a
         folder of its own, which leaves the checkpoint's run as it was.
         """
-        self._check_state(state)
-        parts = list(self.checkpoint_parts())
-        same_agents = all(name == source for name, source in match_part_names(parts, list(state["modules"])).items())
+        sources = match_part_names(list(self.checkpoint_parts()), list(state.get("modules", {})))
+        self._check_state(state, sources)
+        same_agents = all(name == source for name, source in sources.items())
         backup = copy.deepcopy(self.state_dict(include_memory=False))
         try:
-            self._apply_state(state, parts_only=not same_agents)
+            self._apply_state(state, sources, parts_only=not same_agents)
         except Exception:
-            self._apply_state(backup)
+            self._apply_state(backup, {name: name for name in sources})
             raise
         if same_agents:
             self.resume_folder(state.get("experiment_dir"))
 
-    def _apply_state(self, state: Mapping[str, Any], *, parts_only: bool = False) -> None:
-        parts = self.checkpoint_parts()
-        sources = match_part_names(list(parts), list(state["modules"]))
-        for name, part in parts.items():
+    def _apply_state(self, state: Mapping[str, Any], sources: Mapping[str, str], *, parts_only: bool = False) -> None:
+        for name, part in self.checkpoint_parts().items():
             part.load_state_dict(state["modules"][sources[name]])
         if parts_only:
             return

@@ -111,8 +111,7 @@ def bind_agent_sets(groups: Sequence[AgentGroup], row_roles: Sequence[str], poss
             same instance: the number is the layer's, so one instance serves one agent count). Nothing is set
             then.
     """
-    sizes: Dict[int, int] = {}
-    layers_found: List[AgentSetLayer] = []
+    sizes: Dict[AgentSetLayer, int] = {}  # modules hash by identity
     for group in groups:
         for role, model in group.models.items():
             layers = [layer for layer in model.modules() if isinstance(layer, AgentSetLayer)]
@@ -130,16 +129,15 @@ def bind_agent_sets(groups: Sequence[AgentGroup], row_roles: Sequence[str], poss
                                  f"share all their models ({algorithm} runs agents that share every model as one group, "
                                  f"of {len(possible_agents)} agents here)")
             for layer in layers:
-                earlier = sizes.setdefault(id(layer), group.size)
+                earlier = sizes.setdefault(layer, group.size)
                 if earlier != group.size or layer.agents_per_copy not in (None, group.size):
                     bound = earlier if earlier != group.size else layer.agents_per_copy
                     raise ValueError(f"{where} that already reads copies of {bound} agents (another group's, or another "
                                      f"algorithm's built around the same instance), not {group.size}: a layer serves "
                                      "one agent count; build new models for this one (or copy.deepcopy them) and load "
                                      "the parameters into them")
-                layers_found.append(layer)
-    for layer in layers_found:
-        layer.agents_per_copy = sizes[id(layer)]
+    for layer, size in sizes.items():
+        layer.agents_per_copy = size
 
 
 def agent_order(groups: Sequence[AgentGroup], possible_agents: Sequence[str],

@@ -153,11 +153,11 @@ class OffPolicyMultiAgent(MultiAgent):
                 parts[f"noise[{'+'.join(group.uids)}]"] = group.noise
         return parts
 
-    def _apply_state(self, state: Mapping[str, Any], *, parts_only: bool = False) -> None:
+    def _apply_state(self, state: Mapping[str, Any], sources: Mapping[str, str], *, parts_only: bool = False) -> None:
         """Load a checkpoint; a replay memory saved without ``n_step`` (no ``episode_continues``) gives
         one-step sums for its steps, since nothing says where their episodes went on.
         """
-        super()._apply_state(state, parts_only=parts_only)
+        super()._apply_state(state, sources, parts_only=parts_only)
         if self.cfg["n_step"] > 1:
             for group in self.groups:
                 if group.memory.tensors:

@@ -295,7 +295,7 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                 and self.can_bootstrap_time_limits(infos, self.USES_STATE):
             final_obs = stack_agents(infos["final_observation"], group.uids)
             ended = truncated_group | stack_agents(terminated, group.uids).bool()
-            if self._next_observations is not None and not ended.all():
+            if not ended.all():  # (record_transition has just set the observations that follow this step)
                 final_obs = torch.where(ended, final_obs, stack_agents(self._next_observations, group.uids))
             final_values = torch.where(truncated_group,
                                        self.final_values(group, final_obs, infos.get("final_state")), 0.0)
