@@ -318,3 +318,29 @@ def test_squashed_gaussian_actions_stay_inside_an_asymmetric_box_when_tanh_satur
     actions, _, outputs = policy.act({"observations": torch.zeros(64, 2)})
     for chosen in (actions, outputs["mean_actions"]):
         assert all(space.contains(row.detach().numpy()) for row in chosen)
+
+
+def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivative():
+    from marlparts.models import Tanh, tanh
+    from marlparts.models.activations import SIGMOID_TANH_MIN_ELEMENTS, _TanhFromSigmoid
+
+    x = torch.cat([torch.linspace(-30, 30, SIGMOID_TANH_MIN_ELEMENTS),
+                   torch.tensor([0.0, -0.0, 1e-30, float("inf"), -float("inf")])])
+    assert torch.allclose(tanh(x), torch.tanh(x), rtol=0, atol=3e-7)
+    assert torch.equal(tanh(x[:100]), torch.tanh(x[:100]))  # small tensors: torch.tanh itself
+    nan = torch.full((SIGMOID_TANH_MIN_ELEMENTS,), float("nan"))
+    assert tanh(nan).isnan().all() and tanh(nan.requires_grad_()).isnan().all()
+    assert isinstance(mlp(3, 2)[1], Tanh)  # mlp's hidden layers use it
+    doubles = torch.randn(SIGMOID_TANH_MIN_ELEMENTS, dtype=torch.float64, requires_grad=True)
+    ours, theirs = tanh(doubles), torch.tanh(doubles)
+    assert ours.grad_fn is not None and torch.allclose(ours, theirs, rtol=0, atol=1e-15)
+    upstream = torch.randn(SIGMOID_TANH_MIN_ELEMENTS, dtype=torch.float64)
+    (first,) = torch.autograd.grad(ours, doubles, upstream, create_graph=True)
+    (expected_first,) = torch.autograd.grad(theirs, doubles, upstream, create_graph=True)
+    assert torch.allclose(first, expected_first, rtol=1e-12, atol=1e-14)
+    (second,) = torch.autograd.grad(first.sum(), doubles)
+    (expected_second,) = torch.autograd.grad(expected_first.sum(), doubles)
+    assert torch.allclose(second, expected_second, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradgradcheck(_TanhFromSigmoid.apply, (torch.randn(8, dtype=torch.float64, requires_grad=True),))
+    with torch.no_grad():
+        assert torch.allclose(tanh(doubles), theirs, rtol=0, atol=1e-15)

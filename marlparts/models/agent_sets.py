@@ -17,6 +17,7 @@ from typing import Optional, Type
 import torch
 from torch import nn
 
+from marlparts.models.activations import Tanh
 from marlparts.models.base import mlp
 
 
@@ -67,12 +68,12 @@ class DeepSets(AgentSetLayer):
         hidden_size: width of the encoding ``φ`` and of the hidden layers.
         encoder_layers: hidden layers of ``φ`` before its output layer.
         decoder_layers: hidden layers of ``ρ`` before its output layer.
-        activation: activation class after each hidden layer (``torch.nn.Tanh`` by default).
+        activation: activation class after each hidden layer (:class:`~marlparts.models.Tanh` by default).
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
     """
 
     def __init__(self, input_size: int, output_size: int, *, hidden_size: int = 64, encoder_layers: int = 1,
-                 decoder_layers: int = 1, activation: Type[nn.Module] = nn.Tanh, output_gain: float = 1.0) -> None:
+                 decoder_layers: int = 1, activation: Type[nn.Module] = Tanh, output_gain: float = 1.0) -> None:
         super().__init__()
         self.encoder = nn.Sequential(mlp(input_size, hidden_size, hidden_sizes=(hidden_size,) * encoder_layers,
                                          activation=activation, output_gain=math.sqrt(2)), activation())

@@ -13,6 +13,7 @@ from typing import Dict, Optional, Tuple, Type
 import torch
 from torch import nn
 
+from marlparts.models.activations import Tanh, tanh
 from marlparts.models.agent_sets import AgentSetLayer
 from marlparts.models.base import mlp
 
@@ -31,7 +32,7 @@ class AgentGraph(AgentSetLayer):
         heads: attention heads per layer (their outputs are averaged).
         position_features: ``(start, stop)``: the columns of a row that hold the agent's position; the edges then
             carry the relative position and the distance. None: edges without features.
-        activation: activation class of the encoder and decoder hidden layers (``torch.nn.Tanh`` by default).
+        activation: activation class of the encoder and decoder hidden layers (:class:`~marlparts.models.Tanh` by default).
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
 
     Raises:
@@ -40,7 +41,7 @@ class AgentGraph(AgentSetLayer):
 
     def __init__(self, input_size: int, output_size: int, *, hidden_size: int = 64, message_passes: int = 1,
                  heads: int = 1, position_features: Optional[Tuple[int, int]] = None,
-                 activation: Type[nn.Module] = nn.Tanh, output_gain: float = 1.0) -> None:
+                 activation: Type[nn.Module] = Tanh, output_gain: float = 1.0) -> None:
         super().__init__()
         try:  # imported here: torch_geometric is an optional extra, and slow to import
             from torch_geometric.nn import GATv2Conv
@@ -54,7 +55,7 @@ class AgentGraph(AgentSetLayer):
         self.position_features = tuple(position_features) if position_features is not None else None
         edge_size = (self.position_features[1] - self.position_features[0] + 1) if self.position_features else None
         self.encoder = nn.Sequential(mlp(input_size, hidden_size, hidden_sizes=(), output_gain=math.sqrt(2)),
-                                     nn.Tanh())
+                                     Tanh())
         self.message_layers = nn.ModuleList(
             GATv2Conv(hidden_size, hidden_size, heads=heads, concat=False, add_self_loops=False, edge_dim=edge_size)
             for _ in range(message_passes))
@@ -86,7 +87,7 @@ class AgentGraph(AgentSetLayer):
             edge_features = torch.cat([offsets, offsets.norm(dim=-1, keepdim=True)], dim=-1)
         nodes = self.encoder(rows)
         for layer in self.message_layers:
-            nodes = nodes + torch.tanh(layer(nodes, edges, edge_features))
+            nodes = nodes + tanh(layer(nodes, edges, edge_features))
         return self.decoder(nodes)
 
     def extra_repr(self) -> str:
