@@ -2,14 +2,16 @@
 
     python benchmarks/pixel_throughput.py --output benchmarks/results/pixel_throughput.json
 
-Pistonball (20 pistons, discrete moves) preprocessed as ``docs/images.rst`` shows (grey, 84x84, the last 3
-frames stacked: ``uint8`` images of 84x84x3), ``--num-envs`` copies. Training is IPPO with one policy and one
-critic shared by the 20 agents, each the Nature-DQN encoder (:func:`marlparts.models.cnn`, 1.7M parameters),
-rollouts of ``--rollouts`` steps, ``--epochs`` epochs of ``--mini-batches`` minibatches. Env-only stepping
-of other copies of the same env with uniform random actions is timed beside it in alternating chunks of one
-rollout (A B B A ...), after a warm-up update; the figures are env steps per second (one step of one copy,
-all 20 agents), their ratio, the share of the training time spent in the update, and the bytes the rollout
-holds per stored step of observations. Run it on an otherwise idle machine: its speed drifts.
+Pistonball (20 pistons, discrete moves) preprocessed as ``docs/images.rst`` shows (grey, 84x84, the last 3 frames
+stacked: ``uint8`` images of 84x84x3), ``--num-envs`` copies. Training is IPPO with one policy and one critic
+shared by the 20 agents, each the Nature-DQN encoder (:func:`marlparts.models.cnn`, 1.7M parameters), or with
+``--shared-encoder`` one model that is both, one such encoder with a policy head and a value head (the update then
+runs one encoder per minibatch instead of two), rollouts of ``--rollouts`` steps, ``--epochs`` epochs of
+``--mini-batches`` minibatches. Env-only stepping of other copies of the same env with uniform random actions is
+timed beside it in alternating chunks of one rollout (A B B A ...), after a warm-up update; the figures are env
+steps per second (one step of one copy, all 20 agents), their ratio, the share of the training time spent in the
+update, and the bytes the rollout holds per stored step of observations. Run it on an otherwise idle machine: its
+speed drifts.
 """
 
 import argparse
@@ -20,6 +22,7 @@ import tempfile
 import time
 
 import torch
+from torch import nn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -58,6 +61,35 @@ class PixelValue(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
+class PixelPolicyValue(CategoricalMixin, Model):
+    """One Nature-DQN encoder with two heads, a piston's move logits and its value: the policy and the critic in
+    one model (IPPO runs it once per minibatch for both).
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.encoder = nn.Sequential(cnn(self.observation_space.shape, 512, hidden_sizes=(), input_scale=1 / 255),
+                                     nn.ReLU())
+        self.policy_head = orthogonal_linear(512, self.num_actions, gain=0.01)
+        self.output_layer = orthogonal_linear(512, 1, gain=1.0)  # the values (PopArt rescales this layer)
+
+    def compute(self, inputs, role=""):
+        """The values alone for role "value"; else the logits, with the values as ``outputs["values"]``."""
+        features = self.encoder(inputs["observations"])
+        values = self.output_layer(features)
+        if role == "value":
+            return values, {}
+        return self.policy_head(features), {"values": values}
+
+
+def orthogonal_linear(inputs: int, outputs: int, *, gain: float) -> nn.Linear:
+    """A linear layer with orthogonal weights of ``gain`` and zero bias."""
+    layer = nn.Linear(inputs, outputs)
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
 def make_pistonball():
     """Pistonball with discrete moves, grey 84x84 frames, the last 3 stacked."""
     import supersuit
@@ -78,6 +110,8 @@ def main() -> None:
     parser.add_argument("--mini-batches", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=4, help="timed chunks of one rollout per workload")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch threads")
+    parser.add_argument("--shared-encoder", action="store_true",
+                        help="one model, one encoder with a policy head and a value head (else two encoders)")
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "pixel_throughput.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -85,8 +119,12 @@ def main() -> None:
     env = wrap_env(make_pistonball, num_envs=args.num_envs, seed=0, state_source="observations")
     env_only = env_stepper(wrap_env(make_pistonball, num_envs=args.num_envs, seed=1, state_source="observations"))
     uid = env.possible_agents[0]
-    models = {"policy": PixelPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
-              "value": PixelValue(observation_space=env.observation_space(uid))}
+    if args.shared_encoder:
+        model = PixelPolicyValue(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+        models = {"policy": model, "value": model}
+    else:
+        models = {"policy": PixelPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
+                  "value": PixelValue(observation_space=env.observation_space(uid))}
     with tempfile.TemporaryDirectory() as directory:
         cfg = IPPO_DEFAULT_CONFIG.copy()
         cfg.update(rollouts=args.rollouts, learning_epochs=args.epochs, mini_batches=args.mini_batches,
@@ -115,7 +153,7 @@ def main() -> None:
         stored = agent.groups[0].memory.tensors["observations"]
     figures = {
         "num_envs": args.num_envs, "rollouts": args.rollouts, "epochs": args.epochs, "mini_batches": args.mini_batches,
-        "threads": args.threads, "agents": len(env.possible_agents),
+        "threads": args.threads, "agents": len(env.possible_agents), "shared_encoder": args.shared_encoder,
         "env_only_steps_per_s": args.num_envs / env_seconds,
         "training_steps_per_s": args.num_envs / train_seconds,
         "training_over_env_only": env_seconds / train_seconds,

@@ -86,6 +86,9 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
     SUPPORTS_SEQUENCES: bool = False  # whether recurrent models (RecurrentMixin) can be trained
     # whether it trains on turn-based envs: credits what reaches an agent while it waits to its last action
     SUPPORTS_TURN_BASED: bool = False
+    # roles that one model may play together for the same agents (it computes them in one pass); otherwise every
+    # role of every agent needs a model of its own
+    SHARED_ROLES: Tuple[str, ...] = ()
 
     def __init__(self, *, possible_agents: Sequence[str], models: Mapping[str, Mapping[str, Model]],
                  memories: Optional[Mapping[str, Memory]] = None,
@@ -170,6 +173,29 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                 if is_recurrent(roles[role]) and not self.SUPPORTS_SEQUENCES:
                     raise TypeError(f"models[{uid!r}][{role!r}] is recurrent, but {type(self).__name__} does not train on "
                                     "sequences: use RecurrentMAPPO or RecurrentIPPO, or a feed-forward model")
+        self._check_roles_of_each_model(models)
+
+    def _check_roles_of_each_model(self, models: Mapping[str, Mapping[str, Model]]) -> None:
+        """One model instance plays one role, for any number of agents; the exception is a model that plays all of
+        ``SHARED_ROLES`` for the same agents (a policy and a value in one network).
+        """
+        uses: Dict[int, List[Tuple[str, str]]] = {}
+        for uid in self.possible_agents:
+            for role in self.ROLES:
+                uses.setdefault(id(models[uid][role]), []).append((uid, role))
+        for places in uses.values():
+            roles = {role for _, role in places}
+            if len(roles) < 2:
+                continue
+            shareable = roles == set(self.SHARED_ROLES) and all(
+                all(models[uid][other] is models[uid][role] for other in self.SHARED_ROLES) for uid, role in places)
+            if not shareable:
+                (first_uid, first_role), other = places[0], next(place for place in places if place[1] != places[0][1])
+                hint = (f" (it can share one model between the roles {list(self.SHARED_ROLES)} of the same agents)"
+                        if self.SHARED_ROLES else "")
+                raise ValueError(f"models[{first_uid!r}][{first_role!r}] and models[{other[0]!r}][{other[1]!r}] are the "
+                                 f"same {type(models[first_uid][first_role]).__name__} instance: "
+                                 f"{type(self).__name__} needs a model of its own for each role{hint}")
 
     def _check_group_spaces(self, group: AgentGroup) -> None:
         """Agents that share models must see and act in the same spaces."""

@@ -63,9 +63,11 @@ class Model(nn.Module):
         """Same as :meth:`act`."""
         return self.act(inputs, role)
 
-    def check_input_size(self, *, expected: int, what: str, outputs: Optional[int] = None) -> None:
+    def check_input_size(self, *, expected: int, what: str, outputs: Optional[int] = None,
+                         role: str = "check") -> None:
         """Raise ``ValueError`` if this model does not take ``expected`` inputs or, when ``outputs`` is
-        given, does not return that many values per sample (``what`` names the caller).
+        given, does not return that many values per sample (``what`` names the caller). The trial pass
+        runs :meth:`compute` with ``role`` (a model that plays several roles is checked in each).
         """
         if self.num_observations != expected:
             raise ValueError(f"{what}: the model {type(self).__name__} was built for {self.num_observations} inputs "
@@ -74,7 +76,7 @@ class Model(nn.Module):
         sample = torch.zeros(rows, expected, device=self.device)
         try:
             with torch.no_grad():
-                output, _ = self.compute({"observations": sample}, role="check")
+                output, _ = self.compute({"observations": sample}, role=role)
         except RuntimeError as error:
             raise ValueError(f"{what}: the model {type(self).__name__} fails on a ({rows}, {expected}) input batch; "
                              f"its layers do not match its observation space: {error}") from error

@@ -18,10 +18,11 @@ from marlparts.models.base import trial_rows
 from marlparts.resources.preprocessors import RunningStandardScaler
 
 
-def value_output_layer(model: nn.Module) -> nn.Linear:
-    """The linear layer that gives ``model``'s outputs: the one named by its ``output_layer`` attribute if it
+def value_output_layer(model: nn.Module, *, also_policy: bool = False) -> nn.Linear:
+    """The linear layer that gives ``model``'s values: the one named by its ``output_layer`` attribute if it
     has one, else its last ``nn.Linear`` (in module order) with as many outputs as the model has
-    (``model.num_outputs``).
+    (``model.num_outputs``). A model that is also a policy (``also_policy``: one network, two heads) must
+    name it: its last layers may be the policy's.
 
     Raises:
         ValueError: no such layer, naming the model.
@@ -29,6 +30,10 @@ def value_output_layer(model: nn.Module) -> nn.Linear:
     named = getattr(model, "output_layer", None)
     if isinstance(named, nn.Linear):
         return named
+    if also_policy:
+        raise ValueError(f"PopArt rescales the layer that gives the values of {type(model).__name__}, which is also a "
+                         "policy: set `self.output_layer` to the nn.Linear whose outputs are its values, or use "
+                         "cfg['value_preprocessor'] = RunningStandardScaler")
     outputs = getattr(model, "num_outputs", None)
     layers = [module for module in model.modules() if isinstance(module, nn.Linear)
               and (outputs is None or module.out_features == outputs)]
@@ -39,9 +44,10 @@ def value_output_layer(model: nn.Module) -> nn.Linear:
     return layers[-1]
 
 
-def check_outputs_are_the_layer_s(model: nn.Module, layer: nn.Linear) -> None:
+def check_outputs_are_the_layer_s(model: nn.Module, layer: nn.Linear, *, role: str = "check") -> None:
     """Raise ``ValueError`` where ``model``'s outputs are not exactly ``layer``'s (a shortcut added after it, or a
-    squashing function): scaling the layer's weights and bias by 2 must double the outputs. A model that cannot
+    squashing function): scaling the layer's weights and bias by 2 must double the outputs of
+    ``model.compute(..., role)``. A model that cannot
     run on observations alone (a recurrent one needs its hidden state), or that lives on the meta device, is not
     checked.
     """
@@ -55,13 +61,13 @@ def check_outputs_are_the_layer_s(model: nn.Module, layer: nn.Linear) -> None:
     try:
         with torch.no_grad():
             try:
-                before = model.compute(inputs, role="check")[0]
+                before = model.compute(inputs, role=role)[0]
             except (RuntimeError, KeyError, TypeError, ValueError):
                 return
             layer.weight.mul_(2.0)
             layer.bias.mul_(2.0)
             scaled = True
-            after = model.compute(inputs, role="check")[0]
+            after = model.compute(inputs, role=role)[0]
     finally:
         if scaled:  # halving undoes the doubling exactly
             with torch.no_grad():
@@ -99,9 +105,11 @@ class PopArt(RunningStandardScaler):
         super().__init__(size, epsilon=epsilon, clip_threshold=clip_threshold, device=device)
         self.__dict__["output_layer"] = None  # the critic's layer: not a submodule of the normaliser
 
-    def preserve_outputs_of(self, model: nn.Module) -> None:
-        """Rescale ``model``'s output layer (:func:`value_output_layer`) at every change of the statistics."""
-        layer = value_output_layer(model)
+    def preserve_outputs_of(self, model: nn.Module, *, also_policy: bool = False) -> None:
+        """Rescale ``model``'s output layer (:func:`value_output_layer`) at every change of the statistics.
+        A model that is ``also_policy`` must name its value layer (``model.output_layer``).
+        """
+        layer = value_output_layer(model, also_policy=also_policy)
         size = self.running_mean.shape[0]
         if size not in (1, layer.out_features):
             raise ValueError(f"PopArt of size {size} cannot rescale the output layer of {type(model).__name__}, which "
@@ -109,7 +117,7 @@ class PopArt(RunningStandardScaler):
         if layer.bias is None:
             raise ValueError(f"PopArt shifts the outputs of {type(model).__name__} through the bias of its output layer, "
                              f"which has none: build that nn.Linear with bias=True")
-        check_outputs_are_the_layer_s(model, layer)
+        check_outputs_are_the_layer_s(model, layer, role="value" if also_policy else "check")
         self.__dict__["output_layer"] = layer
 
     def standard_deviation(self) -> torch.Tensor:

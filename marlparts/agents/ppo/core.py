@@ -16,6 +16,7 @@ from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.agents.ppo.advantages import compute_gae, waiting_bootstraps
 from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.preprocessing import PPOPreprocessingMixin
+from marlparts.models.base import trial_rows
 from marlparts.resources.popart import PopArt
 from marlparts.resources.schedulers import KLAdaptiveLR
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents
@@ -99,18 +100,27 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
             raise ValueError(f"final_entropy_loss_scale is set (for {annealed}), so cfg['entropy_annealing_timesteps'] "
                              f"must be the number of vectorized steps over which to anneal (a positive int), got "
                              f"{steps!r}")
-        if self.cfg["stack_models"]:
+        shared = [group.uids for group in self.groups if self.shares_policy_and_value(group)]
+        for key in ("preprocessor", "preprocessor_kwargs"):
+            if shared and self.cfg[f"state_{key}"] != self.cfg[f"observation_{key}"]:
+                raise ValueError(f"the agents {shared} have one model as policy and value, which reads one input, "
+                                 f"preprocessed once: cfg['state_{key}'] ({self.cfg[f'state_{key}']!r}) must be "
+                                 f"cfg['observation_{key}'] ({self.cfg[f'observation_{key}']!r})")
+        if self.cfg["stack_models"] and not shared:  # (a stack holds one role's models)
             self.groups = stack_groups(self.groups, self.ROLES, self._model_input_size, self._per_agent_settings,
                                        optimizer_class=self.cfg.get("optimizer") or torch.optim.Adam)
         for group in self.groups:
             policy, value = group.models["policy"], group.models["value"]
             uid = group.uids[0]
             group.trained["policy"] = policy_record = self.add_trained_model(policy, "policy")
-            group.trained["value"] = value_record = self.add_trained_model(value, "value")
+            group.trained["value"] = value_record = self.add_trained_model(value, "value")  # the same if shared
             if policy_record.input_preprocessor is None:
                 policy_record.input_preprocessor = self._make_preprocessor(
                     "observation_preprocessor", flat_size(self.observation_spaces[uid]), policy_record)
-            if value_record.input_preprocessor is None:
+            if value_record is policy_record:
+                if value_record.value_normaliser is None:
+                    value_record.value_normaliser = self._make_value_normaliser(value_record, also_policy=True)
+            elif value_record.input_preprocessor is None:
                 value_record.input_preprocessor = self._make_preprocessor("state_preprocessor",
                                                                           self.critic_input_size(uid), value_record)
                 value_record.value_normaliser = self._make_value_normaliser(value_record)
@@ -133,21 +143,48 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         """``(inputs, outputs)`` the value model of ``uid`` must have."""
         return self.critic_input_size(uid), 1
 
+    def shares_policy_and_value(self, group: AgentGroup) -> bool:
+        """Whether the group's policy is also its value model: one network, whose policy call gives the values of
+        the same inputs as ``outputs["values"]`` (the update takes both from one forward pass) and whose call for
+        role ``"value"`` gives the values alone (algorithms with ``SHARED_ROLES``; :meth:`_check_groups` checks both).
+        """
+        return group.models["policy"] is group.models["value"]
+
     def _check_groups(self) -> None:
         for group in self.groups:
             first = group.uids[0]
             policy, value = group.models["policy"], group.models["value"]
+            shared = self.shares_policy_and_value(group)
+            roles = {"role": "policy"} if shared else {}
             action_space = self.action_spaces[first]  # one logit per action, or one mean per action column
             policy.check_input_size(expected=flat_size(self.observation_spaces[first]), outputs=flat_size(action_space),
                                     what=f"models[{first!r}]['policy'] (observation space of {first!r} in, "
                                          f"{'one logit per action' if is_discrete(action_space) else 'the mean action'} "
-                                         f"of its action space {action_space} out)")
+                                         f"of its action space {action_space} out)", **roles)
             inputs, outputs = self.value_model_shape(first)
             value.check_input_size(expected=inputs, outputs=outputs, what=f"models[{first!r}]['value']"
-                                   f" ({type(self).__name__} critic of {first!r}{self.critic_hint()})")
+                                   f" ({type(self).__name__} critic of {first!r}{self.critic_hint()})",
+                                   **({"role": "value"} if shared else {}))
+            if shared:
+                self._check_values_come_with_the_policy(group, outputs)
             if group.memory.memory_size != self.cfg["rollouts"]:
                 raise ValueError(f"memories[{first!r}].memory_size is {group.memory.memory_size} but cfg['rollouts'] is "
                                  f"{self.cfg['rollouts']}: an on-policy memory holds exactly one rollout")
+
+    def _check_values_come_with_the_policy(self, group: AgentGroup, outputs: int) -> None:
+        """A model that is policy and value returns ``outputs["values"]``, ``(rows, outputs)``, from its policy call."""
+        first, model = group.uids[0], group.models["policy"]
+        rows = trial_rows(model, 2)
+        with torch.no_grad():
+            _, extras = model.compute({"observations": torch.zeros(rows, model.num_observations, device=model.device)},
+                                      role="policy")
+        values = extras.get("values")
+        if not isinstance(values, torch.Tensor) or tuple(values.shape) != (rows, outputs):
+            found = "none" if values is None else (tuple(values.shape) if isinstance(values, torch.Tensor)
+                                                   else type(values).__name__)
+            raise ValueError(f"models[{first!r}]: one {type(model).__name__} is the 'policy' and the 'value', so its "
+                             f"compute(inputs, role='policy') must also return the values of the same inputs as "
+                             f"outputs['values'], one row of {outputs} per input row ({rows}, {outputs}); got {found}")
 
     def critic_hint(self) -> str:
         """Extra words for a critic-size error (which option shapes the critic)."""
@@ -193,7 +230,10 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
     def critic(self, group: AgentGroup, rows: torch.Tensor,
                inputs: Optional[Mapping[str, torch.Tensor]] = None) -> Tuple[torch.Tensor, Dict[str, Any]]:
         """The group's critic on ``rows`` ``(rows, features)`` (with ``inputs`` beside them): its value and outputs."""
-        value, _, outputs = group.models["value"].act({**(inputs or {}), "observations": rows}, role="value")
+        inputs = {**(inputs or {}), "observations": rows}
+        if self.shares_policy_and_value(group):  # a policy's act would sample: the value head alone
+            return group.models["value"].compute(inputs, role="value")
+        value, _, outputs = group.models["value"].act(inputs, role="value")
         return value, outputs
 
     def critic_input_rows(self, record: TrainedModel) -> Union[torch.Tensor, List[torch.Tensor]]:
@@ -429,9 +469,11 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         """Clipped-surrogate policy loss, value loss and entropy loss of ``group`` on the samples ``indexes``."""
         batch = self.sample_minibatch(group, indexes)
         log_prob, outputs = self.policy_log_prob(group, batch)
-        predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
-        return self.batch_losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"],
-                                 predicted=predicted.flatten(0, 1))
+        if self.shares_policy_and_value(group):  # one forward pass gave both
+            predicted = outputs["values"]
+        else:
+            predicted = self.predict_values(group, batch["observations"], batch.get("states"))[0].flatten(0, 1)
+        return self.batch_losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"], predicted=predicted)
 
     def batch_losses(self, group: AgentGroup, batch: Mapping[str, torch.Tensor], *, log_prob: torch.Tensor,
                      entropy: torch.Tensor, predicted: torch.Tensor) -> Dict[str, torch.Tensor]:

@@ -19,10 +19,19 @@ class IPPO(MultiAgentPPO):
     Build the value model with ``observation_space=env.observation_space(uid)``. The state
     preprocessor, when configured, standardises the critic's observation input.
     See :class:`MultiAgentPPO` for the update.
+
+    Policy and critic read the same input, so one model may be both (``models[uid] = {"policy": m,
+    "value": m}``, e.g. one convolutional encoder with a policy head and a value head): its
+    ``compute(inputs, role="policy")`` returns the policy's output and ``outputs["values"]``, the
+    update takes both from that one forward pass, and ``compute(inputs, role="value")`` returns the
+    values alone (for the rollout's values and bootstrapping). One optimizer steps it on the sum of the
+    losses; the observation preprocessor standardises its input (``cfg["state_preprocessor"]`` must be
+    the same); with PopArt the model names its value layer as ``self.output_layer``.
     """
 
     DEFAULT_CONFIG = IPPO_DEFAULT_CONFIG
     USES_STATE = False
+    SHARED_ROLES = ("policy", "value")
 
     def agent_row_roles(self) -> Tuple[str, ...]:
         """Policy and critic both read one row per agent of their group (each agent's own observation)."""

@@ -23,13 +23,17 @@ class PPOPreprocessingMixin:
             return None
         return record.make_preprocessor(preprocessor_class, size, self.cfg[f"{key}_kwargs"], self.device)
 
-    def _make_value_normaliser(self, record: TrainedModel) -> Optional[nn.Module]:
+    def _make_value_normaliser(self, record: TrainedModel, *, also_policy: bool = False) -> Optional[nn.Module]:
         """The value normaliser of ``cfg["value_preprocessor"]`` for the critic of ``record`` (None if not configured),
-        attached to the critic where it preserves the critic's outputs (:class:`~marlparts.resources.PopArt`).
+        attached to the critic where it preserves the critic's outputs (:class:`~marlparts.resources.PopArt`);
+        ``also_policy``: the critic is its agents' policy too (one network, two heads).
         """
         normaliser = self._make_preprocessor("value_preprocessor", 1, record)
         if normaliser is not None and hasattr(normaliser, "preserve_outputs_of"):
-            normaliser.preserve_outputs_of(record.model)
+            if also_policy:
+                normaliser.preserve_outputs_of(record.model, also_policy=True)
+            else:
+                normaliser.preserve_outputs_of(record.model)
         return normaliser
 
     def observation_preprocessor(self, group: AgentGroup) -> Optional[nn.Module]:
@@ -59,14 +63,13 @@ class PPOPreprocessingMixin:
         value normalisers. Called once the update is done.
         """
         with torch.no_grad():
-            for record in self.trained:
+            for record in self.trained:  # (a model that is policy and value has one record, of role "policy")
                 if record.role == "policy" and record.input_preprocessor is not None:
                     record.input_preprocessor.update(self.record_rows(record, "observations"))
-                if record.role == "value":
-                    if record.input_preprocessor is not None:
-                        record.input_preprocessor.update(self.critic_input_rows(record))
-                    if record.value_normaliser is not None:
-                        record.value_normaliser.update(self.record_rows(record, "returns"))
+                if record.role == "value" and record.input_preprocessor is not None:
+                    record.input_preprocessor.update(self.critic_input_rows(record))
+                if record.value_normaliser is not None:
+                    record.value_normaliser.update(self.record_rows(record, "returns"))
 
     def record_rows(self, record: TrainedModel, name: str) -> Union[torch.Tensor, List[torch.Tensor]]:
         """The rows of stored tensor ``name`` at the active steps of the agents that use ``record``'s model, as

@@ -46,6 +46,7 @@ class RecurrentPPOMixin:
     """
 
     SUPPORTS_SEQUENCES = True
+    SHARED_ROLES = ()  # policy and critic carry hidden states of their own
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

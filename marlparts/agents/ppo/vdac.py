@@ -43,6 +43,7 @@ class VDAC(IPPO):
 
     DEFAULT_CONFIG = VDAC_DEFAULT_CONFIG
     SUPPORTS_TURN_BASED = False
+    SHARED_ROLES = ()  # the team's value mixes every agent's: a critic of its own
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
