@@ -5,7 +5,8 @@
 Pistonball (20 pistons, discrete moves) preprocessed as ``docs/images.rst`` shows (grey, 84x84, the last 3 frames
 stacked: ``uint8`` images of 84x84x3), ``--num-envs`` copies. Training is IPPO with one policy and one critic
 shared by the 20 agents, each the Nature-DQN encoder (:func:`marlparts.models.cnn`, 1.7M parameters), or with
-``--shared-encoder`` one model that is both, one such encoder with a policy head and a value head (the update then
+``--shared-encoder`` one model that is both (the example ``examples/pettingzoo/pistonball_ippo.py``'s), one such
+encoder with a policy head and a value head (the update then
 runs one encoder per minibatch instead of two), rollouts of ``--rollouts`` steps, ``--epochs`` epochs of
 ``--mini-batches`` minibatches. Env-only stepping of other copies of the same env with uniform random actions is
 timed beside it in alternating chunks of one rollout (A B B A ...), after a warm-up update; the figures are env
@@ -22,11 +23,12 @@ import tempfile
 import time
 
 import torch
-from torch import nn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "examples" / "pettingzoo"))
 
+from pistonball_ippo import PolicyValue, make_pistonball  # noqa: E402
 from throughput import env_stepper, interleaved  # noqa: E402
 
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG  # noqa: E402
@@ -61,46 +63,6 @@ class PixelValue(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-class PixelPolicyValue(CategoricalMixin, Model):
-    """One Nature-DQN encoder with two heads, a piston's move logits and its value: the policy and the critic in
-    one model (IPPO runs it once per minibatch for both).
-    """
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.encoder = nn.Sequential(cnn(self.observation_space.shape, 512, hidden_sizes=(), input_scale=1 / 255),
-                                     nn.ReLU())
-        self.policy_head = orthogonal_linear(512, self.num_actions, gain=0.01)
-        self.output_layer = orthogonal_linear(512, 1, gain=1.0)  # the values (PopArt rescales this layer)
-
-    def compute(self, inputs, role=""):
-        """The values alone for role "value"; else the logits, with the values as ``outputs["values"]``."""
-        features = self.encoder(inputs["observations"])
-        values = self.output_layer(features)
-        if role == "value":
-            return values, {}
-        return self.policy_head(features), {"values": values}
-
-
-def orthogonal_linear(inputs: int, outputs: int, *, gain: float) -> nn.Linear:
-    """A linear layer with orthogonal weights of ``gain`` and zero bias."""
-    layer = nn.Linear(inputs, outputs)
-    nn.init.orthogonal_(layer.weight, gain=gain)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-
-def make_pistonball():
-    """Pistonball with discrete moves, grey 84x84 frames, the last 3 stacked."""
-    import supersuit
-    from pettingzoo.butterfly import pistonball_v6
-
-    env = pistonball_v6.parallel_env(continuous=False)
-    env = supersuit.color_reduction_v0(env, mode="B")
-    env = supersuit.resize_v1(env, x_size=84, y_size=84)
-    return supersuit.frame_stack_v1(env, 3)
-
-
 def main() -> None:
     """Time training against env-only stepping and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,7 +82,7 @@ def main() -> None:
     env_only = env_stepper(wrap_env(make_pistonball, num_envs=args.num_envs, seed=1, state_source="observations"))
     uid = env.possible_agents[0]
     if args.shared_encoder:
-        model = PixelPolicyValue(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+        model = PolicyValue(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
         models = {"policy": model, "value": model}
     else:
         models = {"policy": PixelPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),

@@ -144,6 +144,17 @@ def test_image_observation_example_runs_as_it_stands(tmp_path, run_script):
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
 
+def test_pixel_example_runs_as_it_stands(tmp_path, run_script):
+    """Pistonball's frames through SuperSuit into one CNN that is the pistons' policy and critic."""
+    pytest.importorskip("supersuit")
+    pytest.importorskip("pymunk")
+    output = run_script(ROOT / "examples" / "pettingzoo" / "pistonball_ippo.py", "--timesteps", 64, "--num-envs", 2,
+                        "--max-cycles", 16, "--threads", 1, "--episodes", 2, "--directory", tmp_path)
+    assert "trained 64 env steps" in output
+    assert "evaluation over 2 episodes, return per piston: sampled" in output and "(random actions:" in output
+    assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
+
+
 @pytest.mark.parametrize("path, package, copies", [("lbf/foraging_mappo.py", "lbforaging", 8),
                                                    ("lbf/foraging_ippo.py", "lbforaging", 8),
                                                    ("lbf/foraging_ia2c.py", "lbforaging", 8),
