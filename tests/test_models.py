@@ -344,3 +344,22 @@ def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivativ
     assert torch.autograd.gradgradcheck(_TanhFromSigmoid.apply, (torch.randn(8, dtype=torch.float64, requires_grad=True),))
     with torch.no_grad():
         assert torch.allclose(tanh(doubles), theirs, rtol=0, atol=1e-15)
+
+
+def test_the_default_tanh_keeps_half_precision_and_works_under_vmap_and_forward_mode_ad():
+    from marlparts.models import tanh
+    from marlparts.models.activations import SIGMOID_TANH_MIN_ELEMENTS
+
+    small = torch.linspace(-0.02, 0.02, SIGMOID_TANH_MIN_ELEMENTS)
+    for dtype in (torch.bfloat16, torch.float16):  # 2σ(2x) − 1 would round small values to 0 in half precision
+        assert torch.equal(tanh(small.to(dtype)), torch.tanh(small.to(dtype)))
+    batch = torch.randn(2, SIGMOID_TANH_MIN_ELEMENTS)
+    assert torch.allclose(torch.func.vmap(tanh)(batch), torch.tanh(batch), rtol=0, atol=3e-7)
+    tangent = torch.randn(SIGMOID_TANH_MIN_ELEMENTS)
+    value, derivative = torch.func.jvp(tanh, (batch[0],), (tangent,))
+    assert torch.allclose(value, torch.tanh(batch[0]), rtol=0, atol=3e-7)
+    assert torch.allclose(derivative, tangent * (1 - torch.tanh(batch[0]) ** 2), rtol=1e-5, atol=1e-6)
+    with torch.enable_grad():
+        inputs = batch.clone().requires_grad_()
+        gradient = torch.func.vmap(torch.func.grad(lambda row: tanh(row).sum()))(inputs)
+    assert torch.allclose(gradient, 1 - torch.tanh(batch) ** 2, rtol=1e-5, atol=1e-6)

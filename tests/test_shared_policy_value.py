@@ -125,3 +125,38 @@ def test_one_model_in_two_roles_is_refused_where_the_algorithm_cannot_share_it(t
     crossed["agent_2"] = {"policy": Policy(**spaces), "value": shared}
     with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*models\['agent_2'\]\['value'\]"):
         _algorithm(env, IPPO, crossed, tmp_path)
+
+
+class Head(CategoricalMixin, Model):
+    """A model whose first layers are a module it may share with another model."""
+
+    def __init__(self, *, trunk: nn.Module, outputs: int, **kwargs):
+        super().__init__(**kwargs)
+        self.trunk, self.head = trunk, nn.Linear(16, outputs)
+
+    def compute(self, inputs, role=""):
+        return self.head(self.trunk(inputs["observations"])), {}
+
+
+class ValueHead(Head):
+    """The same as a value (deterministic output)."""
+
+    def act(self, inputs, role=""):
+        output, outputs = self.compute(inputs, role)
+        return output, None, {**outputs, "mean_actions": output}
+
+
+def test_models_that_share_a_submodule_are_refused_as_each_would_step_it_with_its_own_optimizer(tmp_path):
+    env = _env()
+    obs_space, act_space = env.observation_space("agent_0"), env.action_space("agent_0")
+    trunk = nn.Sequential(nn.Linear(3, 16), nn.Tanh())
+    policy = Head(trunk=trunk, outputs=4, observation_space=obs_space, action_space=act_space)
+    value = ValueHead(trunk=trunk, outputs=1, observation_space=obs_space)
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*models\['agent_0'\]\['value'\].*share"):
+        _algorithm(env, IPPO, {uid: {"policy": policy, "value": value} for uid in env.possible_agents}, tmp_path)
+    # two agents' own policies over one trunk: the same
+    other = Head(trunk=trunk, outputs=4, observation_space=obs_space, action_space=act_space)
+    models = {uid: {"policy": policy, "value": Value(observation_space=obs_space)} for uid in env.possible_agents}
+    models["agent_2"]["policy"] = other
+    with pytest.raises(ValueError, match=r"models\['agent_0'\]\['policy'\].*models\['agent_2'\]\['policy'\].*share"):
+        _algorithm(env, IPPO, models, tmp_path)

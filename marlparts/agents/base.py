@@ -196,6 +196,17 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                 raise ValueError(f"models[{first_uid!r}][{first_role!r}] and models[{other[0]!r}][{other[1]!r}] are the "
                                  f"same {type(models[first_uid][first_role]).__name__} instance: "
                                  f"{type(self).__name__} needs a model of its own for each role{hint}")
+        owners: Dict[int, Tuple[str, str]] = {}  # parameter -> the first place of the model that holds it
+        for places in uses.values():
+            model = models[places[0][0]][places[0][1]]
+            for parameter in model.parameters():
+                first = owners.setdefault(id(parameter), places[0])
+                if first != places[0]:
+                    raise ValueError(f"models[{first[0]!r}][{first[1]!r}] and models[{places[0][0]!r}][{places[0][1]!r}] are "
+                                     "different models that share parameters (a submodule): each would be stepped by its "
+                                     "own optimizer. Give the models parameters of their own"
+                                     + (f", or give {type(self).__name__} one model for the roles "
+                                        f"{list(self.SHARED_ROLES)} of the same agents" if self.SHARED_ROLES else ""))
 
     def _check_group_spaces(self, group: AgentGroup) -> None:
         """Agents that share models must see and act in the same spaces."""
