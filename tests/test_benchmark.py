@@ -240,3 +240,34 @@ def test_runs_evaluated_at_different_steps_are_not_averaged():
     }}}}
     with pytest.raises(ValueError, match="evaluated at different env steps"):
         learning_curves(data, "toy", "task", "A")
+
+
+def test_epymarl_code_runs_are_read_from_sacred_folders_beside_the_grid_s_runs(tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+
+    path = os.path.join(os.path.dirname(TESTS), "benchmarks", "epymarl", "epymarl_code_runs.py")
+    spec = importlib.util.spec_from_file_location("epymarl_code_runs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = tmp_path / "sacred" / "3"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({"name": "ia2c", "seed": 4, "t_max": 100, "test_interval": 50,
+                                                  "env_args": {"key": "lbforaging:Foraging-8x8-2p-2f-coop-v3"}}))
+    values = [{"py/object": "numpy.float64", "dtype": "float64", "value": value} for value in (0.0, 0.5, 0.7)]
+    (run / "info.json").write_text(json.dumps({"test_return_mean": values, "test_return_mean_T": [0, 50, 100]}))
+    ours = tmp_path / "grid" / "runs" / "lbf" / "Foraging-8x8-2p-2f-coop-v3" / "IA2C" / "seed_0"
+    ours.mkdir(parents=True)
+    (ours / "result.json").write_text(json.dumps({"seed": 0, "evaluations": [
+        {"env_steps": step, "sampled": {"mean_return": value}} for step, value in ((0, 0.1), (50, 0.9), (100, 0.8))]}))
+    output = tmp_path / "out.json"
+    monkeypatch.setattr(sys, "argv", ["epymarl_code_runs.py", str(run), "--grid", str(tmp_path / "grid"),
+                                      "--output", str(output)])
+    module.main()
+    (entry,) = json.loads(output.read_text())
+    assert (entry["algorithm"], entry["task"]) == ("IA2C", "Foraging-8x8-2p-2f-coop-v3")
+    (theirs,) = entry["epymarl_code"]
+    assert theirs["seed"] == 4 and theirs["sampled"] == [0.0, 0.5, 0.7] and theirs["maximum"] == 0.7
+    assert abs(theirs["average"] - 0.4) < 1e-12
+    (mine,) = entry["marlparts"]
+    assert mine["maximum"] == 0.9 and abs(mine["average"] - 0.6) < 1e-12
