@@ -258,7 +258,8 @@ def test_epymarl_code_runs_are_read_from_sacred_folders_beside_the_grid_s_runs(t
     (run / "info.json").write_text(json.dumps({"test_return_mean": values, "test_return_mean_T": [0, 50, 100]}))
     ours = tmp_path / "grid" / "runs" / "lbf" / "Foraging-8x8-2p-2f-coop-v3" / "IA2C" / "seed_0"
     ours.mkdir(parents=True)
-    (ours / "result.json").write_text(json.dumps({"seed": 0, "evaluations": [
+    (ours / "result.json").write_text(json.dumps({
+        "environment": "lbf", "task": "Foraging-8x8-2p-2f-coop-v3", "algorithm": "IA2C", "seed": 0, "evaluations": [
         {"env_steps": step, "sampled": {"mean_return": value}} for step, value in ((0, 0.1), (50, 0.9), (100, 0.8))]}))
     output = tmp_path / "out.json"
     monkeypatch.setattr(sys, "argv", ["epymarl_code_runs.py", str(run), "--grid", str(tmp_path / "grid"),

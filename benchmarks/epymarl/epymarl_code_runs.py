@@ -27,6 +27,8 @@ import pathlib
 import statistics
 from typing import Dict, List
 
+from marlparts.benchmark import load_results
+
 
 def sacred_run(folder: pathlib.Path) -> Dict:
     """One EPyMARL run: algorithm, task, seed and its sampled evaluation curve."""
@@ -39,14 +41,13 @@ def sacred_run(folder: pathlib.Path) -> Dict:
             "sampled": returns, "t_max": config["t_max"], "finished": steps[-1] >= config["t_max"] - config["test_interval"]}
 
 
-def grid_runs(grid: pathlib.Path, algorithm: str, task: str) -> List[Dict]:
-    """This library's finished runs of ``algorithm`` on ``task`` in the grid's results folder."""
-    runs = []
-    for result in sorted(grid.glob(f"runs/*/{task}/{algorithm}/seed_*/result.json")):
-        run = json.loads(result.read_text())
-        runs.append({"seed": run["seed"], "env_steps": [point["env_steps"] for point in run["evaluations"]],
-                     "sampled": [point["sampled"]["mean_return"] for point in run["evaluations"]]})
-    return runs
+def grid_runs(results: List[Dict], algorithm: str, task: str) -> List[Dict]:
+    """This library's finished runs of ``algorithm`` on ``task`` among the grid's ``results``
+    (:func:`marlparts.benchmark.load_results`).
+    """
+    return [{"seed": run["seed"], "env_steps": [point["env_steps"] for point in run["evaluations"]],
+             "sampled": [point["sampled"]["mean_return"] for point in run["evaluations"]]}
+            for run in results if (run["algorithm"], run["task"]) == (algorithm, task)]
 
 
 def statistics_of(curve: List[float]) -> Dict[str, float]:
@@ -64,10 +65,11 @@ def main() -> None:
     args = parser.parse_args()
     runs = [sacred_run(folder) for folder in args.runs if (folder / "info.json").exists()]
     runs = [run for run in runs if run["finished"]]
+    results = load_results(str(args.grid))
     figures = []
     for key in sorted({(run["algorithm"], run["task"]) for run in runs}):
         theirs = [run for run in runs if (run["algorithm"], run["task"]) == key]
-        ours = grid_runs(args.grid, *key)
+        ours = grid_runs(results, *key)
         entry = {"algorithm": key[0], "task": key[1],
                  "epymarl_code": [{**run, **statistics_of(run["sampled"])} for run in theirs],
                  "marlparts": [{**run, **statistics_of(run["sampled"])} for run in ours]}
