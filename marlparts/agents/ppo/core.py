@@ -155,16 +155,15 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
             first = group.uids[0]
             policy, value = group.models["policy"], group.models["value"]
             shared = self.shares_policy_and_value(group)
-            roles = {"role": "policy"} if shared else {}
+            policy_role, value_role = ("policy", "value") if shared else ("check", "check")  # (one model: each role)
             action_space = self.action_spaces[first]  # one logit per action, or one mean per action column
             policy.check_input_size(expected=flat_size(self.observation_spaces[first]), outputs=flat_size(action_space),
                                     what=f"models[{first!r}]['policy'] (observation space of {first!r} in, "
                                          f"{'one logit per action' if is_discrete(action_space) else 'the mean action'} "
-                                         f"of its action space {action_space} out)", **roles)
+                                         f"of its action space {action_space} out)", role=policy_role)
             inputs, outputs = self.value_model_shape(first)
             value.check_input_size(expected=inputs, outputs=outputs, what=f"models[{first!r}]['value']"
-                                   f" ({type(self).__name__} critic of {first!r}{self.critic_hint()})",
-                                   **({"role": "value"} if shared else {}))
+                                   f" ({type(self).__name__} critic of {first!r}{self.critic_hint()})", role=value_role)
             if shared:
                 self._check_values_come_with_the_policy(group, outputs)
             if group.memory.memory_size != self.cfg["rollouts"]:
