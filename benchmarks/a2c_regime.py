@@ -5,10 +5,13 @@
 Trains the IPPO example (shared policy and critic, 16 copies) for 200k env steps with
 ``learning_epochs=1, mini_batches=1, rollouts=5`` and one value normaliser per variant:
 ``popart`` (the default, :class:`marlparts.resources.PopArt`), ``running_scaler`` (the plain
-running standardisation of the returns) or ``none``; ``ia2c`` trains :class:`marlparts.agents.IA2C`
-with its defaults (the same regime, A2C's loss, no value normaliser) on the example's models.
-The other variants change one more setting of ``popart`` or ``none`` (see ``SETTINGS``), to tell
-which part of the update the failure comes from.
+running standardisation of the returns) or ``none``, each with the other defaults (among them
+``value_min_steps=10``: the critic tops its one joint step up to ten alone); ``ia2c`` trains
+:class:`marlparts.agents.IA2C` with its defaults (the same regime, A2C's loss, no value normaliser, one
+critic step) on the example's models. The other variants change more settings (see ``SETTINGS``): the
+critic at A2C's one step per rollout (``value_min_steps=1``), as every run was before the critic's
+steps were topped up, with one more setting changed to tell which part of the update the failure comes
+from; four critic steps; or one critic step at ten times the policy's learning rate.
 Each run reports its greedy return over 100
 evaluation episodes, the normaliser's final statistics (a runaway shows there), the policy's final
 entropy, and how much the critic says about the state: the standard deviation of its values over
@@ -36,14 +39,22 @@ from marlparts.utils import set_seed
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "a2c_regime.json"
 NORMALISERS = {"popart": PopArt, "running_scaler": RunningStandardScaler, "none": None}
-# variants that change one more setting: (normaliser, the example's config overrides)
+ONE_CRITIC_STEP = {"value_min_steps": 1}  # the critic takes A2C's one step per rollout too
+# variants that change more settings: (normaliser, the example's config overrides, the critic's learning rate
+# as a multiple of the policy's)
 SETTINGS = {
-    "popart_unclipped_targets": ("popart", {"value_preprocessor_kwargs": {"clip_threshold": 1e9}}),
-    "popart_lambda_1": ("popart", {"gae_lambda": 1.0}),
-    "popart_no_time_limit_bootstrap": ("popart", {"time_limit_bootstrap": False}),
-    "popart_learning_rate_1e-4": ("popart", {"learning_rate": 1e-4}),
-    "popart_discount_0.9": ("popart", {"discount_factor": 0.9}),
-    "none_value_loss_x100": ("none", {"value_loss_scale": 100.0}),
+    "popart_one_critic_step": ("popart", ONE_CRITIC_STEP, 1.0),
+    "running_scaler_one_critic_step": ("running_scaler", ONE_CRITIC_STEP, 1.0),
+    "none_one_critic_step": ("none", ONE_CRITIC_STEP, 1.0),
+    "popart_four_critic_steps": ("popart", {"value_min_steps": 4}, 1.0),
+    "popart_one_critic_step_critic_learning_rate_x10": ("popart", ONE_CRITIC_STEP, 10.0),
+    "popart_unclipped_targets": ("popart", {**ONE_CRITIC_STEP, "value_preprocessor_kwargs": {"clip_threshold": 1e9}},
+                                 1.0),
+    "popart_lambda_1": ("popart", {**ONE_CRITIC_STEP, "gae_lambda": 1.0}, 1.0),
+    "popart_no_time_limit_bootstrap": ("popart", {**ONE_CRITIC_STEP, "time_limit_bootstrap": False}, 1.0),
+    "popart_learning_rate_1e-4": ("popart", {**ONE_CRITIC_STEP, "learning_rate": 1e-4}, 1.0),
+    "popart_discount_0.9": ("popart", {**ONE_CRITIC_STEP, "discount_factor": 0.9}, 1.0),
+    "none_value_loss_x100": ("none", {**ONE_CRITIC_STEP, "value_loss_scale": 100.0}, 1.0),
 }
 VARIANTS = [*NORMALISERS, "ia2c", *SETTINGS]
 
@@ -87,9 +98,11 @@ def run(example, seed: int, variant: str, timesteps: int) -> dict:
         if variant == "ia2c":
             agent = make_ia2c(example, env, directory)
         else:
-            normaliser, overrides = SETTINGS.get(variant, (variant, {}))
+            normaliser, overrides, critic_rate = SETTINGS.get(variant, (variant, {}, 1.0))
             agent = example.make_agent(env, directory, learning_epochs=1, mini_batches=1, rollouts=5,
                                        value_preprocessor=NORMALISERS[normaliser], **overrides)
+            for parameters in agent.groups[0].trained["value"].optimizer.param_groups:
+                parameters["lr"] *= critic_rate
         trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": timesteps // env.num_envs,
                                                                 "disable_progressbar": True, "eval_actions": "greedy"})
         began = time.perf_counter()

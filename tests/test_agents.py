@@ -125,6 +125,7 @@ def test_one_optimizer_step_per_model_per_minibatch(tmp_path, stack_models, opti
     env = spread()
     agent = build_mappo(env, share=False, directory=str(tmp_path),
                         cfg={"learning_epochs": 3, "mini_batches": 2, "stack_models": stack_models,
+                             "value_min_steps": 1,  # no critic step alone (tests/test_critic_steps.py)
                              "experiment": {"tensorboard": False}})
     _collect_rollout(agent, env, 4)
     counts = {}

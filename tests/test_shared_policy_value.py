@@ -48,6 +48,7 @@ def _algorithm(env, algorithm, models, tmp_path, **overrides):
     defaults = IPPO_DEFAULT_CONFIG if algorithm is IPPO else IA2C_DEFAULT_CONFIG
     cfg = defaults.copy()
     cfg.update({"rollouts": 6, "learning_epochs": 2, "mini_batches": 2, "grad_norm_clip": 0.0,
+                "value_min_steps": 4,  # separate critics take the epochs' steps only, as a shared model does
                 "observation_preprocessor": RunningStandardScaler, "state_preprocessor": RunningStandardScaler,
                 **overrides})
     cfg["experiment"].update(directory=str(tmp_path), checkpoint_interval=0, tensorboard=False)

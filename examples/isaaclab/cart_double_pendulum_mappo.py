@@ -101,7 +101,8 @@ def main() -> None:
                 "learning_rate_scheduler_kwargs": {"kl_threshold": 0.008},
                 "state_preprocessor": RunningStandardScaler, "value_preprocessor": RunningStandardScaler,
                 "grad_norm_clip": 1.0, "ratio_clip": 0.2, "value_clip": 0.2, "clip_predicted_values": True,
-                "entropy_loss_scale": 0.0, "value_loss_scale": 2.0, "agent_specific_values": "none"})
+                "entropy_loss_scale": 0.0, "value_loss_scale": 2.0, "agent_specific_values": "none",
+                "value_min_steps": 8})  # the critic's steps are the epochs' 8, as in Isaac Lab's configuration
     cfg["experiment"]["directory"] = args.directory
     memories = {uid: RandomMemory(memory_size=cfg["rollouts"], num_envs=env.num_envs, device=env.device)
                 for uid in env.possible_agents}

@@ -29,6 +29,7 @@ ALGORITHM_CONFIG_RANGES: Dict[str, Any] = {
     "rollouts": AT_LEAST_ONE,
     "learning_epochs": AT_LEAST_ONE,
     "mini_batches": AT_LEAST_ONE,
+    "value_min_steps": AT_LEAST_ONE,                # 1: the critic takes only the steps of the epochs
     "gae_lambda": UNIT,
     "ratio_clip": POSITIVE,
     "value_clip": POSITIVE,

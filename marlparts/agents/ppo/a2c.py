@@ -13,14 +13,14 @@ Advantages are standardised over each set of models' active steps, as for the PP
 where EPyMARL uses raw advantages and standardises the rewards instead: the policy step's size then
 does not depend on the task's reward scale.
 
-Why no value normaliser by default: with one gradient step per rollout, a critic trained on
-standardised targets moves by a roughly fixed amount in standardised units at every step, so by that
-times the normaliser's standard deviation in return units, and those swings then steer the single
-policy step; on simple_spread IPPO in this regime fell below random play with the running scaler and
-with PopArt alike (also with PopArt's targets unclipped, with GAE at λ = 1, and without bootstrapping
-time limits), its policy's entropy falling far below that of the runs without a normaliser
-(``benchmarks/a2c_regime.py``), while the critic on raw returns, which moves slowly, lets the policy
-learn. Set ``cfg["value_preprocessor"]`` to use one.
+Why no value normaliser and one critic step by default: these are EPyMARL's A2C settings, which the
+benchmark against its published tables follows. With one gradient step per rollout, a critic trained on
+standardised targets lags them, and its errors then steer the single policy step: on simple_spread IPPO
+in this regime fell below random play with the running scaler and with PopArt alike, while the critic
+on raw returns, which barely moves, lets the policy learn, and so does PopArt with the critic topped up
+to ten steps per rollout (``value_min_steps=10``, the PPO algorithms' default;
+``benchmarks/a2c_regime.py``). Set ``cfg["value_preprocessor"]`` and ``cfg["value_min_steps"]`` to use
+them.
 """
 
 from typing import Dict, Mapping
@@ -36,6 +36,7 @@ from marlparts.utils.config import Config
 _A2C_SETTINGS = {
     "learning_epochs": 1,          # one gradient step per rollout: the samples are used once, on-policy
     "mini_batches": 1,
+    "value_min_steps": 1,          # the critic's one step too, as EPyMARL's
     "learning_rate": 5e-4,
     "gae_lambda": 1.0,             # each step's return runs to the rollout's end (then bootstrapped)
     "clip_predicted_values": False,

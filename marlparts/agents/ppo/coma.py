@@ -37,7 +37,8 @@ class COMA(MultiAgentPPO):
        ``b_i = Σ_a π_i(a|o_i) Q(s, (u^{-i}, a))`` and the advantage ``A_i = Q(s, u)[u_i] − b_i``;
        the critic's targets are the TD(λ) returns of ``Q(s, u)[u_i]`` (the critic as it was at collection
        holds them fixed through the update, as the paper's target critic does);
-    2. ``learning_epochs`` passes of minibatches on the critic loss ``(Q(s, u)[u_i] − y)²``;
+    2. ``learning_epochs`` passes of minibatches on the critic loss ``(Q(s, u)[u_i] − y)²`` (topped up to
+       ``value_min_steps`` steps);
     3. one pass of minibatches on each actor's ``−A_i log π_i(u_i|o_i)`` and the entropy bonus.
 
     Where an episode is cut (a time limit, the rollout's end) the value that follows is
@@ -233,13 +234,13 @@ class COMA(MultiAgentPPO):
         self.plan_steps()
         critics = [self.groups[0].trained["value"]]
         policies = list({id(group.trained["policy"]): group.trained["policy"] for group in self.groups}.values())
+        minibatches = [indexes for _ in range(self.cfg["learning_epochs"]) for indexes in self.minibatch_indexes()]
         critic_losses = []
-        for _ in range(self.cfg["learning_epochs"]):
-            for indexes in self.minibatch_indexes():
-                with self.autocast():
-                    loss = self.critic_loss(indexes)
-                self.optimize(critics, loss)
-                critic_losses.append(loss.detach())
+        for indexes in minibatches + self.top_up_minibatches(len(minibatches)):
+            with self.autocast():
+                loss = self.critic_loss(indexes)
+            self.optimize(critics, loss)
+            critic_losses.append(loss.detach())
         actor_losses = []
         for indexes in self.minibatch_indexes():
             with self.autocast():

@@ -28,6 +28,8 @@ PPO_DEFAULT_CONFIG: Config = Config({
     "rollouts": 100,                      # env steps per update (the memory_size of every memory)
     "learning_epochs": 10,                # passes over the rollout per update
     "mini_batches": 2,                    # minibatches per pass (a group's agents stay together)
+    "value_min_steps": 10,                # the fewest steps the critic takes per update: below learning_epochs x
+                                          # mini_batches (A2C's 1), it goes on alone over the rollout's minibatches
     "discount_factor": 0.99,              # gamma (per agent allowed)
     "gae_lambda": 0.95,                   # GAE lambda (per agent allowed)
     "learning_rate": 7e-4,                # Adam learning rate (per agent allowed)
@@ -531,13 +533,15 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         1. advantages and returns by GAE, per group;
         2. for each epoch, for each shuffled minibatch: the clipped-surrogate, value and entropy
            losses, averaged over agents; one optimizer step per distinct model;
-        3. early stop past ``kl_threshold``; learning-rate schedule;
-        4. the preprocessors and value normalisers take in the rollout's statistics.
+        3. early stop past ``kl_threshold``;
+        4. the critics alone, until they have taken ``value_min_steps`` steps (:meth:`train_critics_alone`);
+        5. the preprocessors and value normalisers take in the rollout's statistics; learning-rate schedule.
         """
         self.annealing_progress = self.progress_of(timestep)
         self.compute_advantages()
         self.plan_steps()
         epochs: List[Dict[str, float]] = []
+        steps = 0
         for _ in range(self.cfg["learning_epochs"]):
             epoch = []
             for indexes in self.minibatch_indexes():
@@ -545,14 +549,51 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                     losses = self.minibatch_losses(indexes)
                 self.optimize(self.trained, losses["policy"] + losses["value"] + losses["entropy"])
                 epoch.append({key: value.detach() for key, value in losses.items()})
+            steps += len(epoch)
             epochs.append({key: torch.stack([losses[key] for losses in epoch]).float().mean().item() for key in epoch[0]})
             epochs[-1]["kl"] = mean_over_ranks(epochs[-1]["kl"])  # every rank stops, and schedules, on the same KL
             if self.cfg["kl_threshold"] and epochs[-1]["kl"] > self.cfg["kl_threshold"]:
                 break
+        self.train_critics_alone(steps)
         self.update_preprocessors()
         means = {key: sum(epoch[key] for epoch in epochs) / len(epochs) for key in epochs[0]}
         self.finish_update(epochs[-1]["kl"], {"Loss / policy": means["policy"], "Loss / value": means["value"],
                                               "Policy / entropy": means["entropy_value"], "Policy / KL": means["kl"]})
+
+    def critic_records(self) -> List[TrainedModel]:
+        """The records of the models that only value (critics, and mixers where an algorithm has them): what the
+        critic's steps alone move. A model that is both policy and critic is not among them: a step of its own
+        would move the policy too.
+        """
+        return [record for record in self.trained if record.role != "policy"]
+
+    def top_up_minibatches(self, steps_taken: int) -> List[torch.Tensor]:
+        """The minibatches of the critic's steps alone after it took ``steps_taken`` in this update: as many as
+        ``value_min_steps`` asks beyond them, from shuffled passes over the rollout (none where it took enough).
+        """
+        missing = self.cfg["value_min_steps"] - steps_taken
+        minibatches: List[torch.Tensor] = []
+        while len(minibatches) < missing:
+            minibatches += self.minibatch_indexes()
+        return minibatches[:max(missing, 0)]
+
+    def train_critics_alone(self, steps_taken: int) -> None:
+        """Steps of the critics alone on the value loss, until they have taken ``value_min_steps`` in this update
+        (:meth:`top_up_minibatches`); the policies stay as the joint steps left them.
+
+        Why: with one gradient step per rollout (A2C's schedule) the critic lags its moving targets, and a policy
+        step on the advantages of a lagging critic follows the critic's errors. On simple_spread, IPPO with
+        ``learning_epochs=1, mini_batches=1`` and PopArt fell below random play with a critic of one step per
+        rollout (greedy -70 and -40 on seeds 0 and 2; random play about -26) and of four (-54 and -39), and
+        learned with ten (about -21 on seeds 0, 2 and 4; ``benchmarks/a2c_regime.py``). The default of 10
+        changes nothing where the epochs take 10 steps or more.
+        """
+        records = self.critic_records()
+        minibatches = self.top_up_minibatches(steps_taken) if records else []
+        for indexes in minibatches:
+            with self.autocast():
+                loss = self.minibatch_losses(indexes)["value"]
+            self.optimize(records, loss)
 
     def finish_update(self, kl: float, metrics: Dict[str, float]) -> None:
         """The end of every update: step each learning-rate schedule (a :class:`KLAdaptiveLR` on ``kl``), then
