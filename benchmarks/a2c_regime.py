@@ -6,12 +6,12 @@ Trains the IPPO example (shared policy and critic, 16 copies) for 200k env steps
 ``learning_epochs=1, mini_batches=1, rollouts=5`` and one value normaliser per variant:
 ``popart`` (the default, :class:`marlparts.resources.PopArt`), ``running_scaler`` (the plain
 running standardisation of the returns) or ``none``, each with the other defaults (among them
-``value_min_steps=10``: the critic tops its one joint step up to ten alone); ``ia2c`` trains
+``value_min_steps=20``: the critic tops its one joint step up to twenty alone); ``ia2c`` trains
 :class:`marlparts.agents.IA2C` with its defaults (the same regime, A2C's loss, no value normaliser, one
 critic step) on the example's models. The other variants change more settings (see ``SETTINGS``): the
 critic at A2C's one step per rollout (``value_min_steps=1``), as every run was before the critic's
 steps were topped up, with one more setting changed to tell which part of the update the failure comes
-from; four critic steps; or one critic step at ten times the policy's learning rate.
+from; four or ten critic steps; or one critic step at ten times the policy's learning rate.
 Each run reports its greedy return over 100
 evaluation episodes, the normaliser's final statistics (a runaway shows there), the policy's final
 entropy, and how much the critic says about the state: the standard deviation of its values over
@@ -47,6 +47,9 @@ SETTINGS = {
     "running_scaler_one_critic_step": ("running_scaler", ONE_CRITIC_STEP, 1.0),
     "none_one_critic_step": ("none", ONE_CRITIC_STEP, 1.0),
     "popart_four_critic_steps": ("popart", {"value_min_steps": 4}, 1.0),
+    "popart_ten_critic_steps": ("popart", {"value_min_steps": 10}, 1.0),
+    "running_scaler_ten_critic_steps": ("running_scaler", {"value_min_steps": 10}, 1.0),
+    "none_ten_critic_steps": ("none", {"value_min_steps": 10}, 1.0),
     "popart_one_critic_step_critic_learning_rate_x10": ("popart", ONE_CRITIC_STEP, 10.0),
     "popart_unclipped_targets": ("popart", {**ONE_CRITIC_STEP, "value_preprocessor_kwargs": {"clip_threshold": 1e9}},
                                  1.0),

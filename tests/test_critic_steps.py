@@ -33,11 +33,11 @@ def one_update(agent, env, rollouts):
 
 @pytest.mark.parametrize("algorithm", ["ippo", "mappo"])
 @pytest.mark.parametrize("schedule, value_min_steps, policy_steps, value_steps", [
-    ({"learning_epochs": 1, "mini_batches": 1}, None, 1, 10),  # the default tops A2C's one step up to 10
+    ({"learning_epochs": 1, "mini_batches": 1}, None, 1, 20),  # the default tops A2C's one step up to 20
     ({"learning_epochs": 1, "mini_batches": 1}, 1, 1, 1),
     ({"learning_epochs": 1, "mini_batches": 2}, 7, 2, 7),      # passes over the minibatches, cut at 7
     ({"learning_epochs": 2, "mini_batches": 2}, 4, 4, 4),      # enough steps already: none added
-    ({"learning_epochs": 5, "mini_batches": 2}, None, 10, 10),
+    ({"learning_epochs": 10, "mini_batches": 2}, None, 20, 20),
 ])
 def test_the_critic_takes_at_least_value_min_steps_per_update(tmp_path, algorithm, schedule, value_min_steps,
                                                               policy_steps, value_steps):

@@ -115,7 +115,6 @@ def make_mfac(env: MultiAgentEnv, directory: str = DIRECTORY) -> MFAC:
     cfg = MFAC_DEFAULT_CONFIG.copy()
     cfg.update(rollouts=50, learning_epochs=2, mini_batches=2, learning_rate=5e-4, discount_factor=0.95,
                gae_lambda=0.8, entropy_loss_scale=0.08)  # a smaller bonus lets the attack penalty stop all attacks
-    cfg["value_min_steps"] = 4  # the critic's steps are its passes' 4: its learning figures were measured so
     cfg["experiment"].update(directory=directory, experiment_name="blue_mfac")
     memory = RandomMemory(memory_size=cfg["rollouts"], num_envs=env.num_envs)
     return MFAC(possible_agents=uids, models={uid: {"policy": policy, "value": critic} for uid in uids},

@@ -18,7 +18,7 @@ benchmark against its published tables follows. With one gradient step per rollo
 standardised targets lags them, and its errors then steer the single policy step: on simple_spread IPPO
 in this regime fell below random play with the running scaler and with PopArt alike, while the critic
 on raw returns, which barely moves, lets the policy learn, and so does PopArt with the critic topped up
-to ten steps per rollout (``value_min_steps=10``, the PPO algorithms' default;
+to twenty steps per rollout (``value_min_steps=20``, the PPO algorithms' default;
 ``benchmarks/a2c_regime.py``). Set ``cfg["value_preprocessor"]`` and ``cfg["value_min_steps"]`` to use
 them.
 """

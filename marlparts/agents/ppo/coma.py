@@ -21,6 +21,7 @@ from marlparts.utils.spaces import flat_size
 
 COMA_DEFAULT_CONFIG: Config = PPO_DEFAULT_CONFIG.copy()
 COMA_DEFAULT_CONFIG["learning_epochs"] = 5         # the critic's passes over the rollout (the actor takes one)
+COMA_DEFAULT_CONFIG["value_min_steps"] = 1         # the critic's steps are its passes' (set more to top them up)
 COMA_DEFAULT_CONFIG["clip_predicted_values"] = False
 for _unread in ("ratio_clip", "kl_threshold"):       # the actor's loss is the plain policy gradient: no ratio
     del COMA_DEFAULT_CONFIG[_unread]
