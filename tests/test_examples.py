@@ -175,6 +175,20 @@ def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp
     assert all(len(point["sampled"]["episode_returns"]) == copies for point in points)
 
 
+@pytest.mark.parametrize("path", ["lbf/foraging_ia2c.py", "lbf/foraging_maa2c.py"])
+def test_a2c_examples_give_the_critic_the_steps_asked_for(path, tmp_path, run_script):
+    """``--value-min-steps 3``: the critic's optimizer steps three times per update, the policy's once."""
+    pytest.importorskip("lbforaging")
+    run_script(ROOT / "examples" / path, "--timesteps", 1600, "--num-envs", 8, "--evaluations", 0, "--episodes", 2,
+               "--directory", tmp_path, "--value-min-steps", 3)
+    (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
+    modules = torch.load(checkpoint, weights_only=False)["modules"]
+    steps = {name.split(":")[1].split("[")[0]: {int(state["step"]) for state in module["state"].values()}
+             for name, module in modules.items() if name.startswith("optimizer:")}
+    (policy_steps,), (value_steps,) = steps["policy"], steps["value"]
+    assert policy_steps > 0 and value_steps == 3 * policy_steps
+
+
 def test_lbf_vdn_example_runs_as_it_stands(tmp_path, run_script):
     pytest.importorskip("lbforaging")
     output = run_script(ROOT / "examples" / "lbf" / "foraging_vdn.py", "--timesteps", 1600, "--num-envs", 8,

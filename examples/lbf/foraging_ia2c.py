@@ -107,6 +107,9 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=100, help="episodes of each evaluation (each kind of action)")
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
+    parser.add_argument("--value-min-steps", type=int, default=1,
+                        help="the critic's fewest gradient steps per rollout (1: EPyMARL's one step; more: the rest "
+                             "alone after the joint one)")
     return parser.parse_args()
 
 
@@ -124,7 +127,7 @@ def main() -> None:
     steps = max(args.timesteps // env.num_envs, 1)  # vectorized steps
     interval = max(steps // (args.evaluations - 1), 1) if args.evaluations else 0
     steps = interval * (args.evaluations - 1) if args.evaluations else steps  # evaluations at equal intervals
-    agent = make_agent(env, args.directory)
+    agent = make_agent(env, args.directory, value_min_steps=args.value_min_steps)
     if args.checkpoint:
         agent.load(args.checkpoint)  # a resumed run trains what is left of its budget
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
