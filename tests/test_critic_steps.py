@@ -50,6 +50,17 @@ def test_the_critic_takes_at_least_value_min_steps_per_update(tmp_path, algorith
     assert steps_taken(group.trained["value"]) == value_steps
 
 
+class BatchNormPolicy(Policy):
+    """A policy whose forward pass in training mode moves its batch-norm statistics."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.norm = torch.nn.BatchNorm1d(self.num_observations)
+
+    def compute(self, inputs, role=""):
+        return self.net(self.norm(inputs["observations"])), {}
+
+
 def test_the_critic_s_steps_alone_leave_the_policy_as_the_joint_step_left_it(tmp_path):
     trained = {}
     for value_min_steps in (1, 10):
@@ -57,10 +68,22 @@ def test_the_critic_s_steps_alone_leave_the_policy_as_the_joint_step_left_it(tmp
         env = spread()
         agent = build_mappo(env, rollouts=4, directory=str(tmp_path / str(value_min_steps)), algorithm="ippo",
                             cfg={"learning_epochs": 1, "mini_batches": 1, "value_min_steps": value_min_steps})
+        uid = env.possible_agents[0]
+        policy = BatchNormPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
+        value = agent.groups[0].models["value"]
+        agent = type(agent)(possible_agents=env.possible_agents, models={u: {"policy": policy, "value": value}
+                                                                         for u in env.possible_agents},
+                            memories={u: type(agent.groups[0].memory)(memory_size=4, num_envs=env.num_envs)
+                                      for u in env.possible_agents},
+                            observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=agent.cfg)
         one_update(agent, env, 4)
-        trained[value_min_steps] = {role: torch.nn.utils.parameters_to_vector(agent.groups[0].models[role].parameters())
-                                    for role in ("policy", "value")}
-    assert torch.equal(trained[1]["policy"], trained[10]["policy"])
+        record = agent.groups[0].trained["policy"]
+        trained[value_min_steps] = {"policy": policy.state_dict(),  # parameters and batch-norm statistics
+                                    "adam": [record.optimizer.state[p]["exp_avg"] for p in record.trained_parameters()],
+                                    "value": torch.nn.utils.parameters_to_vector(value.parameters())}
+    for name, tensor in trained[1]["policy"].items():
+        assert torch.equal(tensor, trained[10]["policy"][name]), name
+    assert all(torch.equal(a, b) for a, b in zip(trained[1]["adam"], trained[10]["adam"]))
     assert not torch.allclose(trained[1]["value"], trained[10]["value"])
 
 

@@ -588,14 +588,31 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
         ten, four seeds of five learned and one ended at -24.0 with a near-deterministic policy; with twenty,
         the default, all five learned (-18 to -22; ``benchmarks/a2c_regime.py``). 20 is the number of steps
         of the default schedule (10 epochs of 2 minibatches): it changes nothing where the epochs take that
-        many.
+        many, unless ``kl_threshold`` cuts them short (the critics then still take 20).
         """
         records = self.critic_records()
         minibatches = self.top_up_minibatches(steps_taken) if records else []
         for indexes in minibatches:
             with self.autocast():
-                loss = self.minibatch_losses(indexes)["value"]
+                loss = self.critic_loss_alone(indexes)
             self.optimize(records, loss)
+
+    def critic_loss_alone(self, indexes: torch.Tensor) -> torch.Tensor:
+        """The value loss of the minibatch ``indexes`` with the critics alone run (no policy pass: a policy with
+        batch statistics or dropout is left as the joint steps left it), averaged over the agents as in
+        :meth:`minibatch_losses`. An algorithm whose value loss needs more than each group's critic overrides it.
+        """
+        return self.mean_over_agents([self.value_losses(group, indexes) for group in self.groups])["value"]
+
+    def value_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
+        """The losses of ``group`` on the samples ``indexes`` with the critic alone run: the policy's
+        log-probabilities stand at the stored ones and its entropy at 0 (constant policy losses, no policy pass).
+        """
+        batch = self.sample_minibatch(group, indexes)
+        predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
+        stored = batch["log_prob"].flatten(0, 1)
+        return self.batch_losses(group, batch, log_prob=stored, entropy=torch.zeros_like(stored),
+                                 predicted=predicted.flatten(0, 1))
 
     def finish_update(self, kl: float, metrics: Dict[str, float]) -> None:
         """The end of every update: step each learning-rate schedule (a :class:`KLAdaptiveLR` on ``kl``), then

@@ -137,16 +137,6 @@ class HAPPO(MAPPO):
         return self.batch_losses(group, batch, log_prob=log_prob, entropy=outputs["entropy"],
                             predicted=batch["old_values"].flatten(0, 1))
 
-    def value_losses(self, group: AgentGroup, indexes: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """PPO's losses of ``group`` on the samples ``indexes`` with the critic alone run: the policy's
-        log-probabilities stand at the stored ones and its entropy at 0 (constant policy losses, no policy pass).
-        """
-        batch = self.sample_minibatch(group, indexes)
-        predicted, _ = self.predict_values(group, batch["observations"], batch.get("states"))
-        stored = batch["log_prob"].flatten(0, 1)
-        return self.batch_losses(group, batch, log_prob=stored, entropy=torch.zeros_like(stored),
-                            predicted=predicted.flatten(0, 1))
-
     def train_critics(self, acted: List[AgentGroup]) -> List[dict]:
         """The critic's epochs: the value loss of every agent, one step per minibatch for each distinct critic of the
         groups ``acted`` (those with an active sample), topped up to ``value_min_steps`` steps

@@ -232,6 +232,12 @@ class RecurrentPPOMixin:
                              "chunks of cfg['sequence_length'] steps")
         return list(torch.randperm(chunks, device=memory.device).tensor_split(self.cfg["mini_batches"]))
 
+    def critic_loss_alone(self, chunks: torch.Tensor) -> torch.Tensor:
+        """The value loss of the minibatch of ``chunks``, from :meth:`minibatch_losses`: its one loop replays every
+        recurrent model's hidden states over the chunks, the policy's with the critic's.
+        """
+        return self.minibatch_losses(chunks)["value"]
+
     def group_losses(self, group: AgentGroup, chunks: torch.Tensor) -> Dict[str, torch.Tensor]:
         """The PPO losses of ``group`` on the chunks ``chunks``, each replayed from its stored hidden states."""
         names = ["observations", "actions", "log_prob", "old_values", "value_targets", "advantages", "active",

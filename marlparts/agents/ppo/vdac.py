@@ -157,6 +157,11 @@ class VDAC(IPPO):
         return losses
 
 
+    def critic_loss_alone(self, indexes: torch.Tensor) -> torch.Tensor:
+        """The team value loss of the minibatch ``indexes`` (:meth:`minibatch_losses`: its policy pass runs too)."""
+        return self.minibatch_losses(indexes)["value"]
+
+
 class VDACMix(VDAC):
     """VDAC-mix: ``V_tot(s) = f(V_1(o_1), ..., V_N(o_N); s)`` by a monotonic mixing network of the global state.
 
