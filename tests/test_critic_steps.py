@@ -4,13 +4,14 @@ A2C's schedule (one step per rollout) a critic of one step lags its targets and 
 
 import pytest
 import torch
-from helpers import Policy, build_mappo
+from helpers import Policy, Value, build_mappo
 from mpe2 import simple_spread_v3
 from test_coma import build as build_coma
 from test_happo import build as build_happo
 
-from marlparts.agents import COMA, HAPPO, IA2C_DEFAULT_CONFIG, MAA2C_DEFAULT_CONFIG
+from marlparts.agents import COMA, HAPPO, IA2C_DEFAULT_CONFIG, IPPO, IPPO_DEFAULT_CONFIG, MAA2C_DEFAULT_CONFIG
 from marlparts.envs import wrap_env
+from marlparts.memories import RandomMemory
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
 
@@ -24,6 +25,16 @@ def steps_taken(record):
     counts = {int(record.optimizer.state[parameter]["step"]) for parameter in record.trained_parameters()}
     assert len(counts) == 1
     return counts.pop()
+
+
+def ippo_with(env, models, directory, **cfg):
+    """IPPO over ``env`` with ``models[role]`` shared by every agent, one epoch of one minibatch on 4-step rollouts."""
+    config = IPPO_DEFAULT_CONFIG.copy()
+    config.update(rollouts=4, learning_epochs=1, mini_batches=1, **cfg)
+    config["experiment"].update(directory=directory, checkpoint_interval=0)
+    return IPPO(possible_agents=env.possible_agents, models={uid: dict(models) for uid in env.possible_agents},
+                memories={uid: RandomMemory(memory_size=4, num_envs=env.num_envs) for uid in env.possible_agents},
+                observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=config)
 
 
 def one_update(agent, env, rollouts):
@@ -66,16 +77,11 @@ def test_the_critic_s_steps_alone_leave_the_policy_as_the_joint_step_left_it(tmp
     for value_min_steps in (1, 10):
         set_seed(0)
         env = spread()
-        agent = build_mappo(env, rollouts=4, directory=str(tmp_path / str(value_min_steps)), algorithm="ippo",
-                            cfg={"learning_epochs": 1, "mini_batches": 1, "value_min_steps": value_min_steps})
         uid = env.possible_agents[0]
         policy = BatchNormPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
-        value = agent.groups[0].models["value"]
-        agent = type(agent)(possible_agents=env.possible_agents, models={u: {"policy": policy, "value": value}
-                                                                         for u in env.possible_agents},
-                            memories={u: type(agent.groups[0].memory)(memory_size=4, num_envs=env.num_envs)
-                                      for u in env.possible_agents},
-                            observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=agent.cfg)
+        value = Value(observation_space=env.observation_space(uid))
+        agent = ippo_with(env, {"policy": policy, "value": value}, str(tmp_path / str(value_min_steps)),
+                          value_min_steps=value_min_steps)
         one_update(agent, env, 4)
         record = agent.groups[0].trained["policy"]
         trained[value_min_steps] = {"policy": policy.state_dict(),  # parameters and batch-norm statistics
@@ -102,16 +108,9 @@ class PolicyValue(Policy):
 def test_a_model_that_is_policy_and_critic_takes_no_step_alone(tmp_path):
     set_seed(0)
     env = spread()
-    agent = build_mappo(env, rollouts=4, directory=str(tmp_path), algorithm="ippo",
-                        cfg={"learning_epochs": 1, "mini_batches": 1})
     uid = env.possible_agents[0]
     model = PolicyValue(observation_space=env.observation_space(uid), action_space=env.action_space(uid))
-    agent = type(agent)(possible_agents=env.possible_agents, models={u: {"policy": model, "value": model}
-                                                                     for u in env.possible_agents},
-                        memories={u: type(agent.groups[0].memory)(memory_size=4, num_envs=env.num_envs)
-                                  for u in env.possible_agents},
-                        observation_spaces=env.observation_spaces, action_spaces=env.action_spaces, cfg=agent.cfg)
-    one_update(agent, env, 4)
+    agent = one_update(ippo_with(env, {"policy": model, "value": model}, str(tmp_path)), env, 4)
     assert steps_taken(agent.groups[0].trained["policy"]) == 1  # a step alone would move the policy too
 
 

@@ -235,9 +235,8 @@ class COMA(MultiAgentPPO):
         self.plan_steps()
         critics = [self.groups[0].trained["value"]]
         policies = list({id(group.trained["policy"]): group.trained["policy"] for group in self.groups}.values())
-        minibatches = [indexes for _ in range(self.cfg["learning_epochs"]) for indexes in self.minibatch_indexes()]
         critic_losses = []
-        for indexes in minibatches + self.top_up_minibatches(len(minibatches)):
+        for indexes in self.critic_minibatches():
             with self.autocast():
                 loss = self.critic_loss(indexes)
             self.optimize(critics, loss)

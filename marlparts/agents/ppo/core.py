@@ -577,6 +577,13 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
             minibatches += self.minibatch_indexes()
         return minibatches[:max(missing, 0)]
 
+    def critic_minibatches(self) -> List[torch.Tensor]:
+        """The minibatches of a critic trained in a loop of its own (HAPPO, COMA): ``learning_epochs`` shuffled
+        passes over the rollout, topped up to ``value_min_steps`` (:meth:`top_up_minibatches`).
+        """
+        passes = [indexes for _ in range(self.cfg["learning_epochs"]) for indexes in self.minibatch_indexes()]
+        return passes + self.top_up_minibatches(len(passes))
+
     def train_critics_alone(self, steps_taken: int) -> None:
         """Steps of the critics alone on the value loss, until they have taken ``value_min_steps`` in this update
         (:meth:`top_up_minibatches`); the policies stay as the joint steps left them.

@@ -140,14 +140,13 @@ class HAPPO(MAPPO):
     def train_critics(self, acted: List[AgentGroup]) -> List[dict]:
         """The critic's epochs: the value loss of every agent, one step per minibatch for each distinct critic of the
         groups ``acted`` (those with an active sample), topped up to ``value_min_steps`` steps
-        (:meth:`~marlparts.agents.MultiAgentPPO.top_up_minibatches`).
+        (:meth:`~marlparts.agents.MultiAgentPPO.critic_minibatches`).
         """
         critics = list({id(group.trained["value"]): group.trained["value"] for group in acted}.values())
         metrics: List[dict] = []
         if not critics:  # no agent acted in the rollout
             return metrics
-        minibatches = [indexes for _ in range(self.cfg["learning_epochs"]) for indexes in self.minibatch_indexes()]
-        for indexes in minibatches + self.top_up_minibatches(len(minibatches)):
+        for indexes in self.critic_minibatches():
             with self.autocast():
                 losses = self.mean_over_agents([self.value_losses(group, indexes) for group in self.groups])
             self.optimize(critics, losses["value"])
