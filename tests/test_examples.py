@@ -162,10 +162,12 @@ def test_pixel_example_runs_as_it_stands(tmp_path, run_script):
                                                    ("rware/warehouse_mappo.py", "rware", 2)])  # 500-step episodes
 def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp_path, run_script):
     """The examples of EPyMARL's tasks evaluate at equal intervals from the start, with sampled and greedy actions,
-    and report team returns summed over the agents."""
+    and report team returns summed over the agents; each evaluation has its checkpoint, and ``--resume`` goes on
+    from the newest."""
     pytest.importorskip(package)
-    output = run_script(ROOT / "examples" / path, "--timesteps", 1600, "--num-envs", copies, "--evaluations", 3,
-                        "--episodes", copies, "--directory", tmp_path)
+    arguments = ("--timesteps", 1600, "--num-envs", copies, "--evaluations", 3, "--episodes", copies,
+                 "--directory", tmp_path, "--resume")  # nothing to go on from yet: a fresh start
+    output = run_script(ROOT / "examples" / path, *arguments)
     assert "trained 1600 env steps" in output and f"evaluation over {copies} episodes" in output
     assert "sampled actions" in output and "greedy" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
@@ -173,6 +175,11 @@ def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp
     points = [json.loads(line) for line in curve.read_text().splitlines()]
     assert [point["env_steps"] for point in points] == [0, 800, 1600, 1600]  # the last one is the final eval()
     assert all(len(point["sampled"]["episode_returns"]) == copies for point in points)
+    steps = 1600 // copies
+    written = {checkpoint.name for checkpoint in tmp_path.glob("*/checkpoints/agent_*.pt")}
+    assert {f"agent_{steps // 2}.pt", f"agent_{steps}.pt"} <= written
+    again = run_script(ROOT / "examples" / path, *arguments)  # goes on from the checkpoint of the last step
+    assert "trained 0 env steps" in again and len(list(tmp_path.iterdir())) == 1
 
 
 @pytest.mark.parametrize("path", ["lbf/foraging_ia2c.py", "lbf/foraging_maa2c.py"])

@@ -29,6 +29,7 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
+from marlparts.utils.run_folders import newest_checkpoint
 
 TASK = "Foraging-8x8-2p-2f-coop-v3"
 NUM_ENVS = 32  # env copies stepped together
@@ -104,6 +105,9 @@ def parse_arguments() -> argparse.Namespace:
                         help="evaluations over the run, the first before training (0: only one at the end)")
     parser.add_argument("--episodes", type=int, default=100, help="episodes of each evaluation (each kind of action)")
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on from the newest checkpoint under --directory, if there is one (a run cut short; "
+                             "a checkpoint is written at every evaluation)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
     parser.add_argument("--value-min-steps", type=int, default=1,
                         help="the critic's fewest gradient steps per rollout (1: EPyMARL's one step; more: the rest "
@@ -116,6 +120,8 @@ def main() -> None:
     actions.
     """
     args = parse_arguments()
+    if args.resume and not args.checkpoint:
+        args.checkpoint = newest_checkpoint(args.directory)  # None: nothing to go on from, a fresh start
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     if args.evaluations == 1 or args.evaluations < 0:
@@ -130,6 +136,7 @@ def main() -> None:
         agent.load(args.checkpoint)  # a resumed run trains what is left of its budget
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
         "timesteps": max(steps - agent.timestep, 0), "eval_interval": interval, "eval_at_start": True,
+        "checkpoint_at_eval": True,  # a run cut short goes on from its last evaluation (--resume)
         "eval_episodes": args.episodes,
         "team_return": "sum",  # LBF's reward is the team's: its return is summed over the agents
     })

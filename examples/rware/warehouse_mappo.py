@@ -28,6 +28,7 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
+from marlparts.utils.run_folders import newest_checkpoint
 
 TASK = "rware-tiny-2ag-v2"
 NUM_ENVS = 16  # env copies stepped together
@@ -102,6 +103,9 @@ def parse_arguments() -> argparse.Namespace:
                         help="evaluations over the run, the first before training (0: only one at the end)")
     parser.add_argument("--episodes", type=int, default=16, help="episodes of each evaluation (each kind of action)")
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on from the newest checkpoint under --directory, if there is one (a run cut short; "
+                             "a checkpoint is written at every evaluation)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
     return parser.parse_args()
 
@@ -111,6 +115,8 @@ def main() -> None:
     actions.
     """
     args = parse_arguments()
+    if args.resume and not args.checkpoint:
+        args.checkpoint = newest_checkpoint(args.directory)  # None: nothing to go on from, a fresh start
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     if args.evaluations == 1 or args.evaluations < 0:
@@ -125,6 +131,7 @@ def main() -> None:
         agent.load(args.checkpoint)  # a resumed run trains what is left of its budget
     trainer = SequentialTrainer(env=env, agents=agent, cfg={
         "timesteps": max(steps - agent.timestep, 0), "eval_interval": interval, "eval_at_start": True,
+        "checkpoint_at_eval": True,  # a run cut short goes on from its last evaluation (--resume)
         "eval_episodes": args.episodes,
         "team_return": "sum",  # the team's deliveries: returns summed over the agents
     })

@@ -137,7 +137,7 @@ def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
     environment = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TQDM_DISABLE="1",
                        PYTHONUNBUFFERED="1")
     began = time.perf_counter()
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:  # a resumed attempt's log goes on after the earlier start's
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,

@@ -22,6 +22,12 @@ which ``{task}``, ``{seed}``, ``{timesteps}``, ``{directory}``, ``{evaluations}`
 arguments, in a process of its own. Either trains and evaluates with a
 :class:`~marlparts.trainers.SequentialTrainer` whose experiment folder lies under ``directory``:
 the ``evaluations.jsonl`` it writes there is the run's result.
+
+A cell with ``"resumable": true`` says that its script or function, started again with the same
+``directory``, goes on from what an earlier start left there (the examples' ``--resume``: the newest
+checkpoint, written at every evaluation; a script's arguments are then by default
+:data:`RESUMABLE_SCRIPT_ARGUMENTS`). The runner then starts a run that was cut short (the driver
+stopped, the machine went down) again in its own folder rather than from the beginning.
 """
 
 import json
@@ -33,9 +39,14 @@ SCRIPT_ARGUMENTS = ("--env", "{task}", "--seed", "{seed}", "--timesteps", "{time
                     "--evaluations", "{evaluations}", "--episodes", "{eval_episodes}")
 """The command-line arguments a script is given by default (the examples' options)."""
 
+RESUMABLE_SCRIPT_ARGUMENTS = SCRIPT_ARGUMENTS + ("--resume",)
+"""The arguments of a ``resumable`` cell's script by default: the examples go on from the newest checkpoint under
+``--directory``, if there is one.
+"""
+
 _GRID_KEYS = {"seeds", "evaluations", "eval_episodes", "timesteps", "cells", "name"}
 _CELL_KEYS = {"algorithm", "environment", "tasks", "script", "function", "arguments", "seeds", "timesteps",
-              "evaluations", "eval_episodes"}
+              "evaluations", "eval_episodes", "resumable"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,7 @@ class RunSpec:
         script: the path of the script to run (or None).
         function: ``"module:name"`` of the function to call (or None).
         arguments: the script's argument template.
+        resumable: started again in the folder of an attempt that was cut short, it goes on from there.
     """
 
     algorithm: str
@@ -65,6 +77,7 @@ class RunSpec:
     script: Optional[str] = None
     function: Optional[str] = None
     arguments: Sequence[str] = SCRIPT_ARGUMENTS
+    resumable: bool = False
 
     @property
     def key(self) -> str:
@@ -155,7 +168,10 @@ class Grid:
                 raise ValueError(f"{where}: '{key}' must be a positive int, got {value!r}")
         if numbers["evaluations"] < 2:
             raise ValueError(f"{where}: 'evaluations' must be at least 2 (one before training, one at its end)")
-        arguments = cell.get("arguments", SCRIPT_ARGUMENTS)
+        resumable = cell.get("resumable", False)
+        if not isinstance(resumable, bool):
+            raise ValueError(f"{where}: 'resumable' must be true or false, got {resumable!r}")
+        arguments = cell.get("arguments", RESUMABLE_SCRIPT_ARGUMENTS if resumable else SCRIPT_ARGUMENTS)
         if isinstance(arguments, str) or not all(isinstance(argument, str) for argument in arguments):
             raise ValueError(f"{where}: 'arguments' must be a list of strings, got {arguments!r}")
         fields = RunSpec("", "", "", 0, 1, 2, 1).fields("")
@@ -170,4 +186,4 @@ class Grid:
             for seed in cell.get("seeds", self.seeds):
                 yield RunSpec(algorithm=str(cell["algorithm"]), environment=str(cell["environment"]), task=str(task),
                               seed=int(seed), script=script, function=cell.get("function"),
-                              arguments=tuple(arguments), **numbers)
+                              arguments=tuple(arguments), resumable=resumable, **numbers)

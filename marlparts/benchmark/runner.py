@@ -4,8 +4,11 @@ The grid's folder holds one folder per run, ``runs/<environment>/<task>/<algorit
 ``result.json`` once the run has finished (its learning curve; a finished run is never run again),
 ``failed.json`` where its last attempt failed (why, and the end of its log), and one folder per
 attempt, ``attempt_<n>/``, with the run's ``log.txt`` and the experiment folder it trained in. A run
-stopped half-way (the machine went down, the session ended) starts again in a new attempt folder at
-the next :func:`run_grid`; nothing an earlier attempt wrote is touched. While a run runs, its folder
+stopped half-way (the machine went down, the session ended) starts again at the next :func:`run_grid`:
+a run of a ``resumable`` cell in the folder of the attempt that was cut short, where it goes on from
+its last checkpoint (if it wrote one) (on the local pool; a Ray worker writes in a folder of its own, so there it starts
+over); any other run in a new attempt folder, nothing an earlier attempt wrote touched. An attempt that
+failed is never resumed. While a run runs, its folder
 holds ``claim.json``, locked by the driver that runs it (and naming its host and process): a second
 driver on the same grid folder passes over the runs the first one holds, so several drivers share
 a grid without running a run twice; the lock goes with the process that held it.
@@ -28,6 +31,7 @@ except ImportError:  # Windows
 from marlparts.benchmark.execution import Outcome, execute, execute_elsewhere
 from marlparts.benchmark.grid import Grid, RunSpec
 from marlparts.utils.files import write_json_atomically
+from marlparts.utils.run_folders import newest_checkpoint
 
 RESULT_FILE = "result.json"
 FAILURE_FILE = "failed.json"
@@ -103,6 +107,29 @@ def next_attempt(folder: str) -> str:
     numbers = [int(name.split("_", 1)[1]) for name in (os.listdir(folder) if os.path.isdir(folder) else [])
                if name.startswith("attempt_") and name.split("_", 1)[1].isdigit()]
     return os.path.join(folder, f"attempt_{max(numbers, default=0) + 1}")
+
+
+def interrupted_attempt(folder: str) -> Optional[str]:
+    """The newest attempt folder of the run folder ``folder`` where that attempt was cut short after it wrote a
+    checkpoint: the run has not finished, the attempt did not fail (``failed.json`` names another one, or is
+    absent) and a ``checkpoints/agent_<step>.pt`` lies under it. None otherwise (an attempt cut short before its
+    first checkpoint has nothing to go on from).
+    """
+    latest = next_attempt(folder)
+    number = int(latest.rsplit("_", 1)[1]) - 1
+    if number < 1 or os.path.isfile(os.path.join(folder, RESULT_FILE)):
+        return None
+    attempt = os.path.join(folder, f"attempt_{number}")
+    try:
+        with open(os.path.join(folder, FAILURE_FILE)) as file:
+            failed = json.load(file).get("attempt")
+    except FileNotFoundError:
+        failed = None
+    except (OSError, json.JSONDecodeError, AttributeError):
+        return None  # an unreadable failure record: start afresh
+    if failed == os.path.basename(attempt) or newest_checkpoint(attempt) is None:
+        return None
+    return attempt
 
 
 def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
@@ -210,8 +237,10 @@ def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address
                 progress.done += 1
                 return None
             progress.running += 1
-            attempts[run] = next_attempt(folder)
-            report(f"[{time.strftime('%H:%M:%S')}] started {run.key} | {progress.line()}")
+            resumed = interrupted_attempt(folder) if run.resumable and ray_address is None else None
+            attempts[run] = resumed or next_attempt(folder)
+            verb = f"resumed {run.key} in {os.path.basename(resumed)}" if resumed else f"started {run.key}"
+            report(f"[{time.strftime('%H:%M:%S')}] {verb} | {progress.line()}")
             return attempts[run]
 
     def finish(run: RunSpec, outcome: Outcome) -> None:

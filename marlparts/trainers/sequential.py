@@ -28,7 +28,8 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "eval_episodes": 100,          # episodes that eval() collects
     "eval_num_envs": None,         # evaluation env copies (None: as many as the training env has)
     "eval_actions": "both",        # eval() runs "greedy" actions, "sampled" ones, or "both" (reported side by side)
-    "eval_at_start": False,        # with eval_interval: also evaluate before the run's first step
+    "eval_at_start": False,        # with eval_interval: also evaluate before the run's first step (see train())
+    "checkpoint_at_eval": False,   # with eval_interval: write every algorithm's checkpoint at each evaluation
     "team_return": "mean",         # a team's return of an episode: the "mean" or the "sum" of its agents' returns
     "eval_video": False,           # eval() records the first episode of evaluation copy 0 (render_mode="rgb_array")
     "video_format": "mp4",         # "mp4" or "gif" (imageio: pip install 'marlparts[video]')
@@ -48,8 +49,13 @@ class SequentialTrainer(Trainer):
     made it evaluates on the training env and the episodes in progress are cut: the last
     stored step counts as truncated and bootstraps from the observation that followed it.
 
-    With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps (and before the
-    run's first step with ``eval_at_start``): each algorithm logs the result under
+    With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps. With ``eval_at_start`` it
+    also evaluates before its first step where that step is a multiple of ``eval_interval`` (step 0, or a run
+    resumed from a checkpoint of such a step, so that its learning curve holds that point even where the
+    run was cut short during the evaluation), unless this trainer evaluated there already. With
+    ``checkpoint_at_eval`` every algorithm writes its checkpoint at each evaluation, just before it: a run
+    cut short goes on from its last evaluation (load
+    :func:`~marlparts.utils.run_folders.newest_checkpoint` of its folder). Each algorithm logs the result under
     ``Evaluation / ...`` and keeps ``best_agent.pt`` for its best evaluation return. Every
     evaluation writes its report to ``evaluation.json`` in the experiment folder of each algorithm
     that played in it, and appends its figures to ``evaluations.jsonl`` there: the run's learning
@@ -71,6 +77,7 @@ class SequentialTrainer(Trainer):
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
         self._training_resets = 0
+        self._evaluated_at: Optional[int] = None  # the step of this trainer's last evaluation during train()
         # recent episode returns of each agent, shown per seat for turn-based games
         self._recent_seats: Dict[str, Deque[float]] = {uid: collections.deque(maxlen=100)
                                                        for uid in env.possible_agents} if env.turn_based else {}
@@ -90,7 +97,8 @@ class SequentialTrainer(Trainer):
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
         self._stop_requested = False
-        if eval_interval and self.cfg["eval_at_start"] and start == 0:
+        if eval_interval and self.cfg["eval_at_start"] and steps > 0 and start % eval_interval == 0 \
+                and self._evaluated_at != start:
             self._evaluate_during_training()
         bar = Progress(steps, disable=self.cfg["disable_progressbar"], interval=float(self.cfg["progress_interval"]))
         try:
@@ -200,6 +208,15 @@ class SequentialTrainer(Trainer):
         bar.set_postfix(postfix)
 
     def _evaluate_during_training(self) -> None:
+        """Evaluate, each algorithm's checkpoint written first where ``checkpoint_at_eval`` asks for it (not at step
+        0, nor where its own ``checkpoint_interval`` just wrote it).
+        """
+        if self.cfg["checkpoint_at_eval"]:
+            for agent in self.agents:
+                path = agent.checkpoint_path()
+                if path is not None and agent.timestep > 0 and not os.path.isfile(path):
+                    agent.write_checkpoint()
+        self._evaluated_at = max(agent.timestep for agent in self.agents)
         result = self.eval()
         for agent, team in zip(self.agents, self.teams):
             figures = dict(result["teams"][team])

@@ -198,8 +198,17 @@ class CheckpointMixin:
         for callback in self.callbacks:
             callback.on_checkpoint(self, path)
 
+    def checkpoint_path(self) -> Optional[str]:
+        """Where :meth:`write_checkpoint` writes at this step: ``checkpoints/agent_<timestep>.pt`` in the experiment
+        folder (None before the run has one).
+        """
+        if self.experiment_dir is None:
+            return None
+        return os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt")
+
     def write_checkpoint(self) -> None:
         """Write ``checkpoints/agent_<timestep>.pt`` into the experiment folder (rank 0 only under torchrun)."""
-        if self.experiment_dir is not None and is_main_process():
-            self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", f"agent_{self.timestep}.pt"))
+        path = self.checkpoint_path()
+        if path is not None and is_main_process():
+            self.save_checkpoint(path)
 

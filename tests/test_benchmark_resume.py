@@ -1,0 +1,110 @@
+"""The grid runner resumes a run of a resumable cell that was cut short, in its own attempt folder, from its last
+checkpoint; other runs, failed attempts and attempts with no checkpoint start again in a new folder.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from marlparts.benchmark import Grid, run_grid
+from marlparts.benchmark.runner import interrupted_attempt
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+GRID = {"seeds": [0], "evaluations": 5, "eval_episodes": 2, "timesteps": 32, "cells": [
+    {"algorithm": "MAPPO", "environment": "counting", "function": "benchmark_runs:train_resumable",
+     "tasks": ["steps3-block8"], "resumable": True}]}
+
+
+@pytest.fixture
+def with_test_helpers(monkeypatch):
+    path = os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)
+    return dict(os.environ, PYTHONPATH=path)
+
+
+def wait_for(path, text, process, seconds=120.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if os.path.isfile(path) and text in open(path).read():
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the driver ended ({process.returncode}) before {text!r} was in {path}")
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in {path}")
+
+
+def test_a_resumable_run_cut_short_goes_on_in_its_attempt_from_its_last_checkpoint(tmp_path, with_test_helpers):
+    grid_file, out = tmp_path / "grid.json", tmp_path / "out"
+    grid_file.write_text(json.dumps(GRID))
+    run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
+    driver = subprocess.Popen([sys.executable, "-m", "marlparts.benchmark", "run", str(grid_file), "--out", str(out),
+                               "--workers", "1"], env=with_test_helpers, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(str(run / "attempt_1" / "log.txt"), "blocked at step 8", driver)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the session ends: the driver and its run go down together
+        driver.wait()
+    assert not (run / "result.json").exists() and not (run / "failed.json").exists()  # neither finished nor failed
+
+    lines = []
+    progress = run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append)
+    assert progress.done == 1 and progress.failed == []
+    assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
+    assert sorted(os.listdir(run)) == ["attempt_1", "result.json"]  # no second attempt; the claim released
+    result = json.loads((run / "result.json").read_text())
+    assert result["attempt"] == "attempt_1"
+    assert [point["env_steps"] for point in result["evaluations"]] == [0, 8, 16, 24, 32]
+    log = (run / "attempt_1" / "log.txt").read_text()
+    assert log.count("$ ") == 2 and "resumed from" in log and "agent_8.pt" in log  # both starts, in one log
+
+
+def cut_short_attempt(run_folder, *, checkpoint=True):
+    attempt = run_folder / "attempt_1"
+    (attempt / "work" / "experiment" / "checkpoints").mkdir(parents=True)
+    if checkpoint:
+        (attempt / "work" / "experiment" / "checkpoints" / "agent_4.pt").write_bytes(b"")
+    return attempt
+
+
+def test_only_an_attempt_cut_short_after_a_checkpoint_is_resumed(tmp_path):
+    attempt = cut_short_attempt(tmp_path)
+    assert interrupted_attempt(str(tmp_path)) == str(attempt)
+    (tmp_path / "failed.json").write_text(json.dumps({"attempt": "attempt_1"}))  # it failed: never resumed
+    assert interrupted_attempt(str(tmp_path)) is None
+    (tmp_path / "failed.json").write_text(json.dumps({"attempt": "attempt_0"}))  # an earlier attempt failed
+    assert interrupted_attempt(str(tmp_path)) == str(attempt)
+    (tmp_path / "result.json").write_text("{}")
+    assert interrupted_attempt(str(tmp_path)) is None
+    assert interrupted_attempt(str(tmp_path / "none_yet")) is None
+    no_checkpoint = tmp_path / "other"
+    cut_short_attempt(no_checkpoint, checkpoint=False)
+    assert interrupted_attempt(str(no_checkpoint)) is None
+
+
+@pytest.mark.parametrize("resumable", [False, True])
+def test_a_run_that_cannot_go_on_starts_in_a_new_attempt_folder(tmp_path, with_test_helpers, resumable):
+    grid = Grid.from_dict({**GRID, "cells": [{**GRID["cells"][0], "function": "benchmark_runs:train",
+                                              "tasks": ["steps3"], "resumable": resumable}]})
+    run = tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_0"
+    cut_short_attempt(run, checkpoint=not resumable)  # resumable, but cut short before its first checkpoint
+    lines = []
+    assert run_grid(grid, str(tmp_path), workers=1, report=lines.append).done == 1
+    assert json.loads((run / "result.json").read_text())["attempt"] == "attempt_2"
+    assert any("started counting/steps3/MAPPO/seed_0" in line for line in lines)
+
+
+def test_resumable_must_be_a_boolean_and_gives_scripts_the_resume_option(tmp_path):
+    with pytest.raises(ValueError, match=r"grid cell 0 .*'resumable' must be true or false, got 'yes'"):
+        Grid.from_dict({**GRID, "cells": [{**GRID["cells"][0], "resumable": "yes"}]}).runs()
+    script = tmp_path / "train.py"
+    script.write_text("")
+    cell = {"algorithm": "A", "environment": "e", "tasks": ["t"], "script": str(script)}
+    (plain,) = Grid.from_dict({"timesteps": 10, "seeds": [0], "cells": [cell]}).runs()
+    (resuming,) = Grid.from_dict({"timesteps": 10, "seeds": [0], "cells": [{**cell, "resumable": True}]}).runs()
+    assert "--resume" not in plain.arguments and resuming.arguments == tuple(plain.arguments) + ("--resume",)
