@@ -148,11 +148,16 @@ def test_pixel_example_runs_as_it_stands(tmp_path, run_script):
     """Pistonball's frames through SuperSuit into one CNN that is the pistons' policy and critic."""
     pytest.importorskip("supersuit")
     pytest.importorskip("pymunk")
-    output = run_script(ROOT / "examples" / "pettingzoo" / "pistonball_ippo.py", "--timesteps", 64, "--num-envs", 2,
-                        "--max-cycles", 16, "--threads", 1, "--episodes", 2, "--directory", tmp_path)
+    arguments = ("--timesteps", 64, "--num-envs", 2, "--max-cycles", 16, "--threads", 1, "--episodes", 2,
+                 "--evaluations", 3, "--directory", tmp_path, "--resume")
+    output = run_script(ROOT / "examples" / "pettingzoo" / "pistonball_ippo.py", *arguments)
     assert "trained 64 env steps" in output
     assert "evaluation over 2 episodes, return per piston: sampled" in output and "(random actions:" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
+    (curve,) = tmp_path.glob("*/evaluations.jsonl")  # the learning curve the benchmark runner reads
+    assert [json.loads(line)["env_steps"] for line in curve.read_text().splitlines()] == [0, 32, 64, 64]
+    again = run_script(ROOT / "examples" / "pettingzoo" / "pistonball_ippo.py", *arguments)
+    assert "trained 0 env steps" in again  # went on from the checkpoint of the last evaluation
 
 
 @pytest.mark.parametrize("path, package, copies", [("lbf/foraging_mappo.py", "lbforaging", 8),

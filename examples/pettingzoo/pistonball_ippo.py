@@ -7,7 +7,9 @@ bytes (kept as bytes in the rollout). One model, shared by all pistons, is both 
 critic: one Nature-DQN encoder (:func:`marlparts.models.cnn`) with a head for the logits of the three
 moves and a head for the value; IPPO takes both from one forward pass per minibatch, so the update
 runs the convolutions once instead of twice. The trained pistons are evaluated with sampled and with
-greedy actions on copies seeded apart from training, next to random actions. Training on pixels is
+greedy actions on copies seeded apart from training, next to random actions; ``--evaluations`` adds a
+learning curve (``evaluations.jsonl``, as the benchmark runner reads it) and ``--resume`` goes on from the
+newest checkpoint of a run cut short (``benchmarks/pixels/grid.json`` runs 3 seeds). Training on pixels is
 slow on a CPU (``benchmarks/README.md``: about 17 env steps per second with 4 copies on two cores).
 Run ``python examples/pettingzoo/pistonball_ippo.py --help``.
 """
@@ -28,6 +30,7 @@ from marlparts.models import CategoricalMixin, Model, cnn
 from marlparts.trainers import SequentialTrainer
 from marlparts.trainers.opponents import random_team
 from marlparts.utils import set_seed
+from marlparts.utils.run_folders import newest_checkpoint
 
 NUM_ENVS = 4  # env copies stepped together
 TIMESTEPS = 100_000  # env steps of training (all copies counted)
@@ -108,25 +111,39 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="PyTorch threads (the update's convolutions use them)")
     parser.add_argument("--directory", default=DIRECTORY, help="where TensorBoard logs and checkpoints go")
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on from the newest checkpoint under --directory, if there is one (a run cut short; "
+                             "with --evaluations a checkpoint is written at every evaluation)")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
-    parser.add_argument("--episodes", type=int, default=8, help="evaluation episodes")
+    parser.add_argument("--episodes", type=int, default=8, help="episodes of each evaluation (each kind of action)")
+    parser.add_argument("--evaluations", type=int, default=0,
+                        help="evaluations at equal intervals over the run, the first before training, appended to "
+                             "evaluations.jsonl (0: only one at the end)")
     return parser.parse_args()
 
 
 def main() -> None:
     """Train (or resume, or only evaluate), save the agent, and print its evaluation next to random play."""
     args = parse_arguments()
+    if args.resume and not args.checkpoint:
+        args.checkpoint = newest_checkpoint(args.directory)  # None: nothing to go on from, a fresh start
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
+    if args.evaluations == 1 or args.evaluations < 0:
+        raise SystemExit("--evaluations must be 0 or at least 2 (one before training, one at its end)")
     torch.set_num_threads(args.threads)
     set_seed(args.seed)
     env = make_env(args.num_envs, args.workers, args.seed, args.max_cycles)
+    steps = max(args.timesteps // env.num_envs, 1)  # vectorized steps
+    interval = max(steps // (args.evaluations - 1), 1) if args.evaluations else 0
+    steps = interval * (args.evaluations - 1) if args.evaluations else steps  # evaluations at equal intervals
     agent = make_agent(env, args.directory)
     if args.checkpoint:
-        agent.load(args.checkpoint)
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": args.timesteps // env.num_envs,
-                                                             "eval_num_envs": min(env.num_envs, args.episodes),
-                                                             "eval_actions": "both"})
+        agent.load(args.checkpoint)  # a resumed run trains what is left of its budget
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={
+        "timesteps": max(steps - agent.timestep, 0), "eval_interval": interval, "eval_at_start": True,
+        "checkpoint_at_eval": True, "eval_episodes": args.episodes,
+        "eval_num_envs": min(env.num_envs, args.episodes), "eval_actions": "both"})
     if not args.eval:
         began = time.perf_counter()
         trainer.train()
