@@ -2,6 +2,7 @@
 checkpoint; other runs, failed attempts and attempts with no checkpoint start again in a new folder.
 """
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from marlparts.benchmark import Grid, run_grid
-from marlparts.benchmark.runner import interrupted_attempt
+from marlparts.benchmark.runner import interrupted_attempt, spec_record
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 GRID = {"seeds": [0], "evaluations": 5, "eval_episodes": 2, "timesteps": 32, "cells": [
@@ -64,27 +65,88 @@ def test_a_resumable_run_cut_short_goes_on_in_its_attempt_from_its_last_checkpoi
     assert log.count("$ ") == 2 and "resumed from" in log and "agent_8.pt" in log  # both starts, in one log
 
 
-def cut_short_attempt(run_folder, *, checkpoint=True):
+def cut_short_attempt(run_folder, run, *, checkpoint=True):
     attempt = run_folder / "attempt_1"
     (attempt / "work" / "experiment" / "checkpoints").mkdir(parents=True)
+    (attempt / "run.json").write_text(json.dumps(spec_record(run)))
     if checkpoint:
         (attempt / "work" / "experiment" / "checkpoints" / "agent_4.pt").write_bytes(b"")
     return attempt
 
 
-def test_only_an_attempt_cut_short_after_a_checkpoint_is_resumed(tmp_path):
-    attempt = cut_short_attempt(tmp_path)
-    assert interrupted_attempt(str(tmp_path)) == str(attempt)
+def test_only_an_attempt_of_the_same_run_cut_short_after_a_checkpoint_is_resumed(tmp_path):
+    (run,) = Grid.from_dict(GRID).runs()
+    attempt = cut_short_attempt(tmp_path, run)
+    assert interrupted_attempt(str(tmp_path), run) == str(attempt)
+    changed = dataclasses.replace(run, eval_episodes=4)  # the grid was edited since: the curve would mix both
+    assert interrupted_attempt(str(tmp_path), changed) is None
     (tmp_path / "failed.json").write_text(json.dumps({"attempt": "attempt_1"}))  # it failed: never resumed
-    assert interrupted_attempt(str(tmp_path)) is None
+    assert interrupted_attempt(str(tmp_path), run) is None
     (tmp_path / "failed.json").write_text(json.dumps({"attempt": "attempt_0"}))  # an earlier attempt failed
-    assert interrupted_attempt(str(tmp_path)) == str(attempt)
+    assert interrupted_attempt(str(tmp_path), run) == str(attempt)
     (tmp_path / "result.json").write_text("{}")
-    assert interrupted_attempt(str(tmp_path)) is None
-    assert interrupted_attempt(str(tmp_path / "none_yet")) is None
+    assert interrupted_attempt(str(tmp_path), run) is None
+    assert interrupted_attempt(str(tmp_path / "none_yet"), run) is None
     no_checkpoint = tmp_path / "other"
-    cut_short_attempt(no_checkpoint, checkpoint=False)
-    assert interrupted_attempt(str(no_checkpoint)) is None
+    cut_short_attempt(no_checkpoint, run, checkpoint=False)
+    assert interrupted_attempt(str(no_checkpoint), run) is None
+    unrecorded = tmp_path / "unrecorded"
+    (cut_short_attempt(unrecorded, run) / "run.json").unlink()
+    assert interrupted_attempt(str(unrecorded), run) is None
+
+
+def start_driver(grid_file, out, environment):
+    return subprocess.Popen([sys.executable, "-m", "marlparts.benchmark", "run", str(grid_file), "--out", str(out),
+                             "--workers", "1"], env=environment, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(tmp_path, with_test_helpers):
+    grid_file, out = tmp_path / "grid.json", tmp_path / "out"
+    grid_file.write_text(json.dumps(GRID))
+    run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
+    driver = start_driver(grid_file, out, with_test_helpers)
+    try:
+        wait_for(str(run / "attempt_1" / "log.txt"), "blocked at step 8", driver)
+        os.killpg(driver.pid, signal.SIGINT)  # Ctrl-C: the whole process group, the run's process too
+        driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    assert not (run / "failed.json").exists()
+    lines = []
+    assert run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append).done == 1
+    assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
+
+
+def test_a_run_whose_driver_died_keeps_its_claim_until_it_ends(tmp_path, with_test_helpers):
+    fcntl = pytest.importorskip("fcntl")
+    grid_file, out = tmp_path / "grid.json", tmp_path / "out"
+    grid_file.write_text(json.dumps(GRID))
+    run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
+    driver = start_driver(grid_file, out, with_test_helpers)
+    try:
+        wait_for(str(run / "attempt_1" / "log.txt"), "blocked at step 8", driver)
+        driver.kill()  # the driver alone: its run goes on, in the driver's process group
+        driver.wait()
+        os.killpg(driver.pid, 0)  # the run's process is alive
+        lines = []
+        progress = run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append)
+        assert progress.elsewhere == [os.path.join("counting", "steps3-block8", "MAPPO", "seed_0")]
+        assert not any("resumed" in line or "started" in line for line in lines)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the run's process ended: the claim went with it
+        with open(run / "claim.json") as claim:
+            try:
+                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.1)
+    lines = []
+    assert run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append).done == 1
+    assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("resumable", [False, True])
@@ -92,7 +154,7 @@ def test_a_run_that_cannot_go_on_starts_in_a_new_attempt_folder(tmp_path, with_t
     grid = Grid.from_dict({**GRID, "cells": [{**GRID["cells"][0], "function": "benchmark_runs:train",
                                               "tasks": ["steps3"], "resumable": resumable}]})
     run = tmp_path / "runs" / "counting" / "steps3" / "MAPPO" / "seed_0"
-    cut_short_attempt(run, checkpoint=not resumable)  # resumable, but cut short before its first checkpoint
+    cut_short_attempt(run, grid.runs()[0], checkpoint=not resumable)  # resumable: cut short before a checkpoint
     lines = []
     assert run_grid(grid, str(tmp_path), workers=1, report=lines.append).done == 1
     assert json.loads((run / "result.json").read_text())["attempt"] == "attempt_2"
@@ -108,3 +170,5 @@ def test_resumable_must_be_a_boolean_and_gives_scripts_the_resume_option(tmp_pat
     (plain,) = Grid.from_dict({"timesteps": 10, "seeds": [0], "cells": [cell]}).runs()
     (resuming,) = Grid.from_dict({"timesteps": 10, "seeds": [0], "cells": [{**cell, "resumable": True}]}).runs()
     assert "--resume" not in plain.arguments and resuming.arguments == tuple(plain.arguments) + ("--resume",)
+    with pytest.raises(ValueError, match=r"grid cell 0 .*a resumable cell's script goes on .* add \"--resume\""):
+        Grid.from_dict({"timesteps": 10, "cells": [{**cell, "resumable": True, "arguments": ["--seed", "{seed}"]}]}).runs()

@@ -184,7 +184,9 @@ def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp
     written = {checkpoint.name for checkpoint in tmp_path.glob("*/checkpoints/agent_*.pt")}
     assert {f"agent_{steps // 2}.pt", f"agent_{steps}.pt"} <= written
     again = run_script(ROOT / "examples" / path, *arguments)  # goes on from the checkpoint of the last step
-    assert "trained 0 env steps" in again and len(list(tmp_path.iterdir())) == 1
+    assert "trained 0 env steps" in again and len([path for path in tmp_path.iterdir() if path.is_dir()]) == 1
+    with pytest.raises(AssertionError, match=r"holds a run of other settings \(seed 0 there, 1 here\)"):
+        run_script(ROOT / "examples" / path, "--seed", 1, *arguments)  # another run in the same folder
 
 
 @pytest.mark.parametrize("path", ["lbf/foraging_ia2c.py", "lbf/foraging_maa2c.py"])

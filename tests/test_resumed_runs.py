@@ -5,12 +5,13 @@ under the run's folder, and a learning curve that keeps every point of the evalu
 import json
 import os
 
+import pytest
 from helpers import build_mappo
 from toy_envs import CountingEnv
 
 from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
-from marlparts.utils.run_folders import newest_checkpoint
+from marlparts.utils.run_folders import checkpoint_to_resume, newest_checkpoint
 
 INTERVAL = 4  # vectorized steps between evaluations
 
@@ -81,13 +82,81 @@ def test_a_run_resumed_off_the_evaluation_grid_evaluates_only_on_it(tmp_path):
     assert curve_steps(resumed) == [0, 4, 8]
 
 
-def test_newest_checkpoint_takes_the_latest_step_of_any_folder_and_none_where_there_is_none(tmp_path):
+def test_a_new_trainer_that_goes_on_after_an_evaluation_does_not_repeat_it(tmp_path):
+    env = counting_env()
+    agent = named_agent(env, tmp_path)
+    trainer_for(agent, env, 2 * INTERVAL).train()
+    trainer_for(agent, env, 2 * INTERVAL).train()  # a second phase, with a trainer of its own
+    assert curve_steps(agent) == [0, 4, 8, 12, 16]
+
+
+def test_a_run_cut_short_during_its_last_evaluation_gets_that_point_with_no_step_left(tmp_path):
+    env = counting_env()
+    agent = named_agent(env, tmp_path)
+    trainer_for(agent, env, 2 * INTERVAL).train()
+    curve = os.path.join(agent.experiment_dir, "evaluations.jsonl")
+    with open(curve) as file:
+        lines = file.readlines()
+    with open(curve, "w") as file:
+        file.writelines(lines[:-1])
+    resumed = named_agent(counting_env(), tmp_path)
+    resumed.load(newest_checkpoint(str(tmp_path)))
+    trainer_for(resumed, env, 0).train()  # the budget is spent: only the missing evaluation is left
+    assert curve_steps(resumed) == [0, 4, 8]
+
+
+def test_a_checkpoint_without_the_evaluation_step_loads(tmp_path):
+    env = counting_env()
+    agent = named_agent(env, tmp_path)
+    trainer_for(agent, env, INTERVAL).train()
+    state = agent.state_dict()
+    del state["counters"]["evaluated_at"]  # as written before the step was kept
+    resumed = named_agent(counting_env(), tmp_path)
+    resumed.load_state_dict(state)
+    assert resumed.timestep == INTERVAL and resumed.evaluated_at is None
+
+
+def test_a_run_folder_moved_elsewhere_goes_on_where_it_now_is(tmp_path):
+    env = counting_env()
+    agent = named_agent(env, tmp_path / "first")
+    trainer_for(agent, env, INTERVAL).train()
+    os.rename(tmp_path / "first", tmp_path / "moved")
+    resumed = named_agent(counting_env(), tmp_path / "moved")
+    resumed.load(newest_checkpoint(str(tmp_path / "moved")))
+    trainer_for(resumed, env, INTERVAL).train()
+    assert os.path.samefile(resumed.experiment_dir, tmp_path / "moved" / "run")
+    # the checkpoint was written just before the evaluation at 4, which the resumed run repeats
+    assert curve_steps(resumed) == [0, 4, 4, 8] and not (tmp_path / "first").exists()
+
+
+def make_checkpoints(root, files):
+    """``files``: ``{relative path: modification time}``; the files are empty."""
+    for relative, written in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        os.utime(path, (written, written))
+
+
+def test_newest_checkpoint_follows_the_lineage_that_ran_last_and_none_where_there_is_none(tmp_path):
     assert newest_checkpoint(str(tmp_path)) is None
-    for folder, names in {"a/checkpoints": ["agent_90.pt", "final_agent.pt", ".agent_500.pt.1a2b.tmp"],
-                          "a_from_20/checkpoints": ["agent_120.pt", "agent_30.pt"],
-                          "b/checkpoints": ["best_agent.pt", "agent_7.pt"]}.items():
-        os.makedirs(tmp_path / folder)
-        for name in names:
-            (tmp_path / folder / name).write_bytes(b"")
-    assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "a_from_20" / "checkpoints" / "agent_120.pt")
-    assert newest_checkpoint(str(tmp_path / "b")) == str(tmp_path / "b" / "checkpoints" / "agent_7.pt")
+    make_checkpoints(tmp_path, {"run/checkpoints/agent_40.pt": 100, "run/checkpoints/agent_90.pt": 200,
+                                "run/checkpoints/final_agent.pt": 900, "run/checkpoints/best_agent.pt": 900,
+                                "run/checkpoints/.agent_500.pt.1a2b.tmp": 900,
+                                "run_from_40/checkpoints/agent_60.pt": 300,  # resumed at 40 later: it ran last
+                                "copy/checkpoints/agent_7.pt": 50, "copy/checkpoints/agent_9.pt": 50})
+    assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "run_from_40" / "checkpoints" / "agent_60.pt")
+    assert newest_checkpoint(str(tmp_path / "copy")) == str(tmp_path / "copy" / "checkpoints" / "agent_9.pt")
+
+
+def test_a_run_goes_on_only_from_its_own_settings(tmp_path):
+    settings = {"env": "a", "seed": 0, "timesteps": 100}
+    assert checkpoint_to_resume(str(tmp_path), settings) is None  # a fresh start records its settings
+    make_checkpoints(tmp_path, {"run/checkpoints/agent_5.pt": 100})
+    assert checkpoint_to_resume(str(tmp_path), dict(settings)) == str(tmp_path / "run" / "checkpoints" / "agent_5.pt")
+    with pytest.raises(ValueError, match=r"holds a run of other settings \(seed 0 there, 1 here\)"):
+        checkpoint_to_resume(str(tmp_path), {**settings, "seed": 1})
+    unrecorded = tmp_path / "unrecorded"
+    make_checkpoints(unrecorded, {"run/checkpoints/agent_5.pt": 100})
+    with pytest.raises(ValueError, match="checkpoints .* of a run whose settings were not recorded"):
+        checkpoint_to_resume(str(unrecorded), settings)

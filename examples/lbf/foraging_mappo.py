@@ -29,7 +29,7 @@ from marlparts.models import CategoricalMixin, DeterministicMixin, Model, mlp
 from marlparts.resources import RunningStandardScaler
 from marlparts.trainers import SequentialTrainer
 from marlparts.utils import set_seed
-from marlparts.utils.run_folders import newest_checkpoint
+from marlparts.utils.run_folders import checkpoint_to_resume
 
 TASK = "Foraging-8x8-2p-2f-coop-v3"
 NUM_ENVS = 32  # env copies stepped together
@@ -112,7 +112,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
     parser.add_argument("--resume", action="store_true",
                         help="go on from the newest checkpoint under --directory, if there is one (a run cut short; "
-                             "a checkpoint is written at every evaluation)")
+                             "a checkpoint is written at every evaluation): give each run a directory of its own")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
     return parser.parse_args()
 
@@ -122,8 +122,10 @@ def main() -> None:
     actions.
     """
     args = parse_arguments()
-    if args.resume and not args.checkpoint:
-        args.checkpoint = newest_checkpoint(args.directory)  # None: nothing to go on from, a fresh start
+    if args.resume and not args.checkpoint:  # None: nothing to go on from, a fresh start
+        settings = {"env": args.env, "seed": args.seed, "timesteps": args.timesteps, "num_envs": args.num_envs,
+                    "evaluations": args.evaluations, "episodes": args.episodes}
+        args.checkpoint = checkpoint_to_resume(args.directory, settings)
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     if args.evaluations == 1 or args.evaluations < 0:

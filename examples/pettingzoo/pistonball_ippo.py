@@ -30,7 +30,7 @@ from marlparts.models import CategoricalMixin, Model, cnn
 from marlparts.trainers import SequentialTrainer
 from marlparts.trainers.opponents import random_team
 from marlparts.utils import set_seed
-from marlparts.utils.run_folders import newest_checkpoint
+from marlparts.utils.run_folders import checkpoint_to_resume
 
 NUM_ENVS = 4  # env copies stepped together
 TIMESTEPS = 100_000  # env steps of training (all copies counted)
@@ -113,7 +113,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
     parser.add_argument("--resume", action="store_true",
                         help="go on from the newest checkpoint under --directory, if there is one (a run cut short; "
-                             "with --evaluations a checkpoint is written at every evaluation)")
+                             "with --evaluations a checkpoint is written at every evaluation): give each run a "
+                             "directory of its own")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
     parser.add_argument("--episodes", type=int, default=8, help="episodes of each evaluation (each kind of action)")
     parser.add_argument("--evaluations", type=int, default=0,
@@ -125,8 +126,10 @@ def parse_arguments() -> argparse.Namespace:
 def main() -> None:
     """Train (or resume, or only evaluate), save the agent, and print its evaluation next to random play."""
     args = parse_arguments()
-    if args.resume and not args.checkpoint:
-        args.checkpoint = newest_checkpoint(args.directory)  # None: nothing to go on from, a fresh start
+    if args.resume and not args.checkpoint:  # None: nothing to go on from, a fresh start
+        settings = {"seed": args.seed, "timesteps": args.timesteps, "num_envs": args.num_envs,
+                    "max_cycles": args.max_cycles, "evaluations": args.evaluations, "episodes": args.episodes}
+        args.checkpoint = checkpoint_to_resume(args.directory, settings)
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     if args.evaluations == 1 or args.evaluations < 0:

@@ -141,6 +141,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         self._initialised = False
         self.best_return = -float("inf")
         self.timestep = 0
+        self.evaluated_at: Optional[int] = None  # the step of the last evaluation during training (record_evaluation)
         self._write_interval = 0
         self._checkpoint_interval = 0
 

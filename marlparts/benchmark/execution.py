@@ -5,17 +5,22 @@ import importlib.metadata
 import json
 import os
 import platform
+import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import marlparts
 from marlparts.benchmark.grid import RunSpec
 
 LOG_TAIL_LINES = 40
+
+#: the signals that stop a run rather than show it failed: an interrupt (Ctrl-C reaches the whole process group),
+#: a termination or a hang-up (a session that ends); not SIGKILL, which the kernel's out-of-memory killer sends
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
 
 @dataclass
@@ -41,6 +46,11 @@ class Outcome:
     log_tail: str = ""
     log: Optional[str] = None
     provenance: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stopped(self) -> bool:
+        """The process was stopped by a signal of :data:`STOP_SIGNALS` (not a failure of the run)."""
+        return not self.finished and -self.returncode in STOP_SIGNALS
 
 
 def _version(package: str) -> Optional[str]:
@@ -126,10 +136,13 @@ def _tail(path: str, lines: int = LOG_TAIL_LINES) -> str:
         return ""
 
 
-def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
-    """Run ``run`` in a process of its own with its results under ``directory`` and its output in ``log_path``.
+def execute(run: RunSpec, directory: str, log_path: str, *, keep_open: Sequence[int] = ()) -> Outcome:
+    """Run ``run`` in a process of its own with its results under ``directory`` and its output in ``log_path``
+    (appended to).
 
-    The process gets one thread per library (``OMP_NUM_THREADS=1``...): runs in parallel share the cores.
+    The process gets one thread per library (``OMP_NUM_THREADS=1``...): runs in parallel share the cores. It
+    inherits the file descriptors ``keep_open`` (the run's claim: a run whose driver died keeps its claim until
+    it ends, so that no other driver starts it meanwhile).
     """
     os.makedirs(directory, exist_ok=True)
     command = command_of(run, directory)
@@ -141,7 +154,8 @@ def execute(run: RunSpec, directory: str, log_path: str) -> Outcome:
         log.write("$ " + " ".join(command) + "\n")
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
-                                   cwd=os.path.dirname(run.script) if run.script else None)
+                                   cwd=os.path.dirname(run.script) if run.script else None,
+                                   pass_fds=tuple(keep_open))
         try:
             returncode = process.wait()
         except BaseException:  # the driver is stopped: so is the run, which stays unfinished

@@ -26,8 +26,9 @@ the ``evaluations.jsonl`` it writes there is the run's result.
 A cell with ``"resumable": true`` says that its script or function, started again with the same
 ``directory``, goes on from what an earlier start left there (the examples' ``--resume``: the newest
 checkpoint, written at every evaluation; a script's arguments are then by default
-:data:`RESUMABLE_SCRIPT_ARGUMENTS`). The runner then starts a run that was cut short (the driver
-stopped, the machine went down) again in its own folder rather than from the beginning.
+:data:`RESUMABLE_SCRIPT_ARGUMENTS`, and ``arguments`` of its own must include ``--resume``). The runner
+then starts a run that was cut short (the driver stopped, the machine went down) again in its own
+folder rather than from the beginning.
 """
 
 import json
@@ -174,6 +175,9 @@ class Grid:
         arguments = cell.get("arguments", RESUMABLE_SCRIPT_ARGUMENTS if resumable else SCRIPT_ARGUMENTS)
         if isinstance(arguments, str) or not all(isinstance(argument, str) for argument in arguments):
             raise ValueError(f"{where}: 'arguments' must be a list of strings, got {arguments!r}")
+        if resumable and script is not None and "--resume" not in arguments:
+            raise ValueError(f"{where}: a resumable cell's script goes on from its folder when given --resume: add "
+                             "\"--resume\" to its 'arguments' (or make the cell not resumable)")
         fields = RunSpec("", "", "", 0, 1, 2, 1).fields("")
         for argument in arguments:
             try:

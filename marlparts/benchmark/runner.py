@@ -4,14 +4,17 @@ The grid's folder holds one folder per run, ``runs/<environment>/<task>/<algorit
 ``result.json`` once the run has finished (its learning curve; a finished run is never run again),
 ``failed.json`` where its last attempt failed (why, and the end of its log), and one folder per
 attempt, ``attempt_<n>/``, with the run's ``log.txt`` and the experiment folder it trained in. A run
-stopped half-way (the machine went down, the session ended) starts again at the next :func:`run_grid`:
+stopped half-way (the machine went down, the session ended, the driver was interrupted: a run ended
+by SIGINT, SIGTERM or SIGHUP is stopped, not failed) starts again at the next :func:`run_grid`:
 a run of a ``resumable`` cell in the folder of the attempt that was cut short, where it goes on from
-its last checkpoint (if it wrote one) (on the local pool; a Ray worker writes in a folder of its own, so there it starts
+its last checkpoint (if it wrote one, and the attempt's ``run.json`` shows the grid still defines
+the run as it did) (on the local pool; a Ray worker writes in a folder of its own, so there it starts
 over); any other run in a new attempt folder, nothing an earlier attempt wrote touched. An attempt that
 failed is never resumed. While a run runs, its folder
-holds ``claim.json``, locked by the driver that runs it (and naming its host and process): a second
-driver on the same grid folder passes over the runs the first one holds, so several drivers share
-a grid without running a run twice; the lock goes with the process that held it.
+holds ``claim.json``, locked by the driver that runs it (and naming its host and process) and by the
+run's process: a second driver on the same grid folder passes over the runs the first one holds, so
+several drivers share a grid without running a run twice; the lock goes with the processes that held
+it (a run whose driver died holds it until it ends).
 """
 
 import concurrent.futures
@@ -36,6 +39,7 @@ from marlparts.utils.run_folders import newest_checkpoint
 RESULT_FILE = "result.json"
 FAILURE_FILE = "failed.json"
 CLAIM_FILE = "claim.json"
+SPEC_FILE = "run.json"  # in each attempt folder: the run as the grid defined it when the attempt started
 
 
 @dataclass
@@ -47,10 +51,14 @@ class GridProgress:
     left: int = 0
     failed: List[str] = field(default_factory=list)
     elsewhere: List[str] = field(default_factory=list)
+    stopped: List[str] = field(default_factory=list)
 
     def line(self) -> str:
-        """``done 3, running 2, left 10, failed 1`` (and ``held by another driver 2`` where some are)."""
+        """``done 3, running 2, left 10, failed 1`` (and ``stopped 1``, ``held by another driver 2`` where some
+        are).
+        """
         line = f"done {self.done}, running {self.running}, left {self.left}, failed {len(self.failed)}"
+        line += f", stopped {len(self.stopped)}" if self.stopped else ""
         return line + (f", held by another driver {len(self.elsewhere)}" if self.elsewhere else "")
 
 
@@ -90,6 +98,11 @@ def claim(folder: str) -> bool:
     return True
 
 
+def held_claim(folder: str) -> Optional[int]:
+    """The file descriptor of this process's claim on the run of ``folder`` (None where it holds none)."""
+    return _held_claims.get(folder)
+
+
 def release(folder: str) -> None:
     """Give up this process's claim on the run of ``folder`` (its file removed, then its lock)."""
     handle = _held_claims.pop(folder, None)
@@ -109,11 +122,17 @@ def next_attempt(folder: str) -> str:
     return os.path.join(folder, f"attempt_{max(numbers, default=0) + 1}")
 
 
-def interrupted_attempt(folder: str) -> Optional[str]:
-    """The newest attempt folder of the run folder ``folder`` where that attempt was cut short after it wrote a
-    checkpoint: the run has not finished, the attempt did not fail (``failed.json`` names another one, or is
-    absent) and a ``checkpoints/agent_<step>.pt`` lies under it. None otherwise (an attempt cut short before its
-    first checkpoint has nothing to go on from).
+def spec_record(run: RunSpec) -> Dict[str, Any]:
+    """``run`` as JSON data (what an attempt's ``run.json`` holds)."""
+    return json.loads(json.dumps(asdict(run)))
+
+
+def interrupted_attempt(folder: str, run: RunSpec) -> Optional[str]:
+    """The newest attempt folder of the run folder ``folder`` where that attempt of ``run`` was cut short after it
+    wrote a checkpoint: the run has not finished, the attempt did not fail (``failed.json`` names another one, or
+    is absent), its ``run.json`` equals ``run`` (the grid was not changed since) and a
+    ``checkpoints/agent_<step>.pt`` lies under it. None otherwise (an attempt cut short before its first
+    checkpoint has nothing to go on from; one of other settings would mix two runs in one curve).
     """
     latest = next_attempt(folder)
     number = int(latest.rsplit("_", 1)[1]) - 1
@@ -129,7 +148,12 @@ def interrupted_attempt(folder: str) -> Optional[str]:
         return None  # an unreadable failure record: start afresh
     if failed == os.path.basename(attempt) or newest_checkpoint(attempt) is None:
         return None
-    return attempt
+    try:
+        with open(os.path.join(attempt, SPEC_FILE)) as file:
+            same_run = json.load(file) == spec_record(run)
+    except (OSError, json.JSONDecodeError):
+        return None
+    return attempt if same_run else None
 
 
 def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
@@ -186,6 +210,9 @@ def _check_finished_runs(out: str, runs: Sequence[RunSpec]) -> None:
 
 
 def _summary(run: RunSpec, outcome: Outcome) -> str:
+    if outcome.stopped:
+        return (f"STOPPED {run.key} after {outcome.seconds:.0f} s by signal {-outcome.returncode}: "
+                f"it {'goes on' if run.resumable else 'starts again'} at the next run")
     if not outcome.finished:
         return f"FAILED {run.key} after {outcome.seconds:.0f} s: {outcome.error}"
     last = outcome.evaluations[-1]
@@ -237,21 +264,27 @@ def run_grid(grid: Grid, out: str, *, workers: Optional[int] = None, ray_address
                 progress.done += 1
                 return None
             progress.running += 1
-            resumed = interrupted_attempt(folder) if run.resumable and ray_address is None else None
+            resumed = interrupted_attempt(folder, run) if run.resumable and ray_address is None else None
             attempts[run] = resumed or next_attempt(folder)
+            if not resumed:
+                os.makedirs(attempts[run], exist_ok=True)
+                write_json_atomically(spec_record(run), os.path.join(attempts[run], SPEC_FILE))
             verb = f"resumed {run.key} in {os.path.basename(resumed)}" if resumed else f"started {run.key}"
             report(f"[{time.strftime('%H:%M:%S')}] {verb} | {progress.line()}")
             return attempts[run]
 
     def finish(run: RunSpec, outcome: Outcome) -> None:
         try:
-            _record(out, run, attempts[run], outcome)
+            if not outcome.stopped:  # a run stopped by a signal is cut short, not failed: nothing to record
+                _record(out, run, attempts[run], outcome)
         finally:
             release(run_folder(out, run))
         with lock:
             progress.running -= 1
             if outcome.finished:
                 progress.done += 1
+            elif outcome.stopped:
+                progress.stopped.append(run.key)
             else:
                 progress.failed.append(run.key)
             report(f"[{time.strftime('%H:%M:%S')}] {_summary(run, outcome)} | {progress.line()}")
@@ -273,7 +306,9 @@ def _run_on_local_pool(pending: Sequence[RunSpec], workers: int, start: Callable
         if attempt is None:
             return
         try:
-            outcome = execute(run, os.path.join(attempt, "work"), _log_path(attempt))
+            claim_descriptor = held_claim(os.path.dirname(attempt))
+            outcome = execute(run, os.path.join(attempt, "work"), _log_path(attempt),
+                              keep_open=() if claim_descriptor is None else (claim_descriptor,))
         except Exception as error:  # the driver's own failure to start the run: reported as the run's
             outcome = Outcome(False, -1, error=f"{type(error).__name__}: {error}")
         except BaseException:  # the driver is stopped: the run stays unfinished, its claim goes

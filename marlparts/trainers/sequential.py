@@ -50,9 +50,11 @@ class SequentialTrainer(Trainer):
     stored step counts as truncated and bootstraps from the observation that followed it.
 
     With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps. With ``eval_at_start`` it
-    also evaluates before its first step where that step is a multiple of ``eval_interval`` (step 0, or a run
-    resumed from a checkpoint of such a step, so that its learning curve holds that point even where the
-    run was cut short during the evaluation), unless this trainer evaluated there already. With
+    also evaluates before its first step where that step is a multiple of ``eval_interval`` and an algorithm
+    has not been evaluated there during training (``agent.evaluated_at``, kept in checkpoints): step 0, or a
+    run resumed from a checkpoint written before its evaluation at that step, so that its learning curve
+    holds the point even where the run was cut short during that evaluation; not a run that goes on (in
+    this trainer or a new one) after an evaluation at that step. With
     ``checkpoint_at_eval`` every algorithm writes its checkpoint at each evaluation, just before it: a run
     cut short goes on from its last evaluation (load
     :func:`~marlparts.utils.run_folders.newest_checkpoint` of its folder). Each algorithm logs the result under
@@ -77,7 +79,6 @@ class SequentialTrainer(Trainer):
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
         self._training_resets = 0
-        self._evaluated_at: Optional[int] = None  # the step of this trainer's last evaluation during train()
         # recent episode returns of each agent, shown per seat for turn-based games
         self._recent_seats: Dict[str, Deque[float]] = {uid: collections.deque(maxlen=100)
                                                        for uid in env.possible_agents} if env.turn_based else {}
@@ -97,8 +98,8 @@ class SequentialTrainer(Trainer):
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
         self._stop_requested = False
-        if eval_interval and self.cfg["eval_at_start"] and steps > 0 and start % eval_interval == 0 \
-                and self._evaluated_at != start:
+        if eval_interval and self.cfg["eval_at_start"] and start % eval_interval == 0 \
+                and any(agent.evaluated_at != start for agent in self.agents):
             self._evaluate_during_training()
         bar = Progress(steps, disable=self.cfg["disable_progressbar"], interval=float(self.cfg["progress_interval"]))
         try:
@@ -216,7 +217,6 @@ class SequentialTrainer(Trainer):
                 path = agent.checkpoint_path()
                 if path is not None and agent.timestep > 0 and not os.path.isfile(path):
                     agent.write_checkpoint()
-        self._evaluated_at = max(agent.timestep for agent in self.agents)
         result = self.eval()
         for agent, team in zip(self.agents, self.teams):
             figures = dict(result["teams"][team])

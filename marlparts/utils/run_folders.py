@@ -3,9 +3,15 @@ run resumed from an earlier checkpoint would overwrite), and the newest checkpoi
 """
 
 import glob
+import json
 import os
 import re
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
+
+from marlparts.utils.files import write_json_atomically
+
+#: the file in a run's own folder that records the settings it was started with (:func:`checkpoint_to_resume`)
+RUN_SETTINGS_FILE = "run_settings.json"
 
 #: files named by the step at which a run wrote them, relative to its folder
 _CHECKPOINT_OF_A_STEP = re.compile(r"agent_(\d+)\.pt")
@@ -41,17 +47,51 @@ def files_written_after(folder: str, timestep: int) -> List[str]:
 
 
 def newest_checkpoint(directory: str) -> Optional[str]:
-    """The checkpoint of the latest step that a run wrote anywhere under ``directory``
-    (``<experiment folder>/checkpoints/agent_<step>.pt``, at any depth), or None where there is none: where a run
-    cut short (a crash, a stopped session) goes on from. Of two checkpoints of one step (an experiment folder and
-    a branch of it), the one written last.
+    """The checkpoint a run cut short (a crash, a stopped session) goes on from: of the step checkpoints under
+    ``directory`` (``<experiment folder>/checkpoints/agent_<step>.pt``, at any depth), the one written last, so
+    that of an experiment folder and a branch of it (``<folder>_from_<step>``) the lineage that ran last wins;
+    between files written at the same time, the later step, then the path. None where there is none.
     """
     newest, newest_key = None, None
     for path in glob.glob(os.path.join(glob.escape(directory), "**", "checkpoints", "agent_*.pt"), recursive=True):
         match = _CHECKPOINT_OF_A_STEP.fullmatch(os.path.basename(path))
         if match is None:
             continue
-        key = (int(match.group(1)), os.path.getmtime(path))
+        key = (os.path.getmtime(path), int(match.group(1)), path)
         if newest_key is None or key > newest_key:
             newest, newest_key = path, key
     return newest
+
+
+def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optional[str]:
+    """Where the run of ``settings`` (the options that make it this run: task, seed, budget, ...) goes on from in
+    ``directory``, the run's own folder: its :func:`newest_checkpoint`, or None for a fresh start.
+
+    The first call records ``settings`` in ``directory/run_settings.json``; a later call checks them against
+    that record, so that a run never goes on from another run's checkpoint.
+
+    Raises:
+        ValueError: ``directory`` holds a run of other settings (naming them), or checkpoints of a run whose
+            settings were not recorded: give each run a directory of its own.
+    """
+    wanted = json.loads(json.dumps(dict(settings)))
+    path = os.path.join(directory, RUN_SETTINGS_FILE)
+    checkpoint = newest_checkpoint(directory)
+    try:
+        with open(path) as file:
+            recorded = json.load(file)
+    except FileNotFoundError:
+        recorded = None
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read the run settings {path}: {error}") from error
+    if recorded is None:
+        if checkpoint is not None:
+            raise ValueError(f"{directory} holds checkpoints ({checkpoint}) of a run whose settings were not recorded: "
+                             "to go on from one, load it by name; else give this run a directory of its own")
+        write_json_atomically(wanted, path)
+        return None
+    differences = sorted(key for key in set(recorded) | set(wanted) if recorded.get(key) != wanted.get(key))
+    if differences:
+        shown = ", ".join(f"{key} {recorded.get(key)!r} there, {wanted.get(key)!r} here" for key in differences)
+        raise ValueError(f"{directory} holds a run of other settings ({shown}): give each run a directory of its own")
+    return checkpoint

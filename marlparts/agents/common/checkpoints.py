@@ -13,6 +13,9 @@ from marlparts.utils.checkpoint_files import load_checkpoint_file, save_checkpoi
 from marlparts.utils.distributed import is_main_process
 from marlparts.utils.seeding import rng_states, set_rng_states
 
+#: counters that checkpoints of earlier versions lack (loaded as None)
+OPTIONAL_COUNTERS = frozenset({"evaluated_at"})
+
 
 def _shape(value: Any) -> tuple:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
@@ -89,13 +92,18 @@ class CheckpointMixin:
         return parts
 
     def counters(self) -> Dict[str, Any]:
-        """The algorithm's counters (subclasses add theirs): saved and restored with the models."""
-        return {"timestep": self.timestep, "best_return": self.best_return}
+        """The algorithm's counters (subclasses add theirs): saved and restored with the models. ``evaluated_at``
+        (the step of the last evaluation during training) tells a resumed run whether its first step's
+        evaluation is done.
+        """
+        return {"timestep": self.timestep, "best_return": self.best_return, "evaluated_at": self.evaluated_at}
 
     def load_counters(self, counters: Mapping[str, Any]) -> None:
-        """Restore what :meth:`counters` returned."""
+        """Restore what :meth:`counters` returned (a checkpoint written before ``evaluated_at`` was kept: None)."""
         self.timestep = int(counters["timestep"])
         self.best_return = float(counters["best_return"])
+        evaluated_at = counters.get("evaluated_at")
+        self.evaluated_at = None if evaluated_at is None else int(evaluated_at)
 
     def state_dict(self, *, include_memory: Optional[bool] = None) -> Dict[str, Any]:
         """Everything that makes up the algorithm's state: models, optimizers, schedulers, preprocessors,
@@ -125,7 +133,7 @@ class CheckpointMixin:
             check_part_fits(name, part, modules[sources[name]])
         if any(name != source for name, source in sources.items()):
             return  # another number of agents: only the parts load (load_state_dict)
-        missing = sorted(set(self.counters()) - set(state.get("counters", {})))
+        missing = sorted(set(self.counters()) - set(state.get("counters", {})) - OPTIONAL_COUNTERS)
         if missing:
             raise KeyError(f"checkpoint does not match this {type(self).__name__}: counters missing from it {missing}")
         missing = sorted({"torch", "numpy", "python"} - set(state.get("rng", {})))
@@ -186,11 +194,19 @@ class CheckpointMixin:
         mismatch the error names the part (role and agents) and the tensor. A run resumed this way
         keeps counting its timesteps and goes on writing into the checkpoint's experiment folder
         where it exists here and ``experiment_name`` is empty or names it; a checkpoint of an earlier
-        step than the folder's last branches into a folder of its own (:meth:`resume_folder`).
+        step than the folder's last branches into a folder of its own (:meth:`resume_folder`). The
+        experiment folder of a checkpoint at ``<folder>/checkpoints/<file>`` is ``<folder>``, where the
+        run's folder was copied or moved since it was written.
         """
         # read on the CPU: each part copies into its own tensors on the algorithm's device (generator
         # states must stay on the CPU)
-        self.load_state_dict(load_checkpoint_file(path, map_location="cpu"))
+        state = load_checkpoint_file(path, map_location="cpu")
+        holder = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(holder) == "checkpoints":
+            folder, written_in = os.path.dirname(holder), state.get("experiment_dir")
+            if not (written_in and os.path.isdir(written_in) and os.path.samefile(written_in, folder)):
+                state["experiment_dir"] = folder
+        self.load_state_dict(state)
 
     def save_checkpoint(self, path: str) -> None:
         """:meth:`save` to ``path`` and tell the callbacks."""

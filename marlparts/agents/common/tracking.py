@@ -41,8 +41,9 @@ class TrackingMixin:
 
         ``result`` holds ``mean_return`` (mean over episodes of this algorithm's team return),
         ``returns`` (agent id to its mean) and ``mean_length``, and ``sampled_mean_return`` where the
-        evaluation also ran sampled actions beside the greedy ones.
+        evaluation also ran sampled actions beside the greedy ones. The step is kept as ``evaluated_at``.
         """
+        self.evaluated_at = self.timestep
         if self.tracker is not None:
             values = {"Evaluation / return (team)": result["mean_return"],
                       "Evaluation / episode length": result["mean_length"]}
