@@ -13,7 +13,9 @@ import time
 import pytest
 
 from marlparts.benchmark import Grid, run_grid
-from marlparts.benchmark.runner import interrupted_attempt, spec_record
+from marlparts.benchmark.__main__ import main as command_line
+from marlparts.benchmark.execution import Outcome
+from marlparts.benchmark.runner import interrupted_attempt, run_state, spec_record
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 GRID = {"seeds": [0], "evaluations": 5, "eval_episodes": 2, "timesteps": 32, "cells": [
@@ -39,6 +41,22 @@ def wait_for(path, text, process, seconds=120.0):
     raise AssertionError(f"{text!r} never appeared in {path}")
 
 
+def wait_until_the_claim_is_free(run_folder, seconds=30.0):
+    """Until no process holds the run's claim (a killed process lets go of it when it has ended)."""
+    fcntl = pytest.importorskip("fcntl")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not (run_folder / "claim.json").exists():  # released by its driver
+            return
+        with open(run_folder / "claim.json") as claim:
+            try:
+                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                time.sleep(0.1)
+    raise AssertionError(f"the claim of {run_folder} is still held after {seconds} s")
+
+
 def test_a_resumable_run_cut_short_goes_on_in_its_attempt_from_its_last_checkpoint(tmp_path, with_test_helpers):
     grid_file, out = tmp_path / "grid.json", tmp_path / "out"
     grid_file.write_text(json.dumps(GRID))
@@ -51,6 +69,7 @@ def test_a_resumable_run_cut_short_goes_on_in_its_attempt_from_its_last_checkpoi
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the session ends: the driver and its run go down together
         driver.wait()
+    wait_until_the_claim_is_free(run)
     assert not (run / "result.json").exists() and not (run / "failed.json").exists()  # neither finished nor failed
 
     lines = []
@@ -113,6 +132,7 @@ def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
+    wait_until_the_claim_is_free(run)
     assert not (run / "failed.json").exists()
     lines = []
     assert run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append).done == 1
@@ -120,7 +140,7 @@ def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(
 
 
 def test_a_run_whose_driver_died_keeps_its_claim_until_it_ends(tmp_path, with_test_helpers):
-    fcntl = pytest.importorskip("fcntl")
+    pytest.importorskip("fcntl")
     grid_file, out = tmp_path / "grid.json", tmp_path / "out"
     grid_file.write_text(json.dumps(GRID))
     run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
@@ -136,14 +156,7 @@ def test_a_run_whose_driver_died_keeps_its_claim_until_it_ends(tmp_path, with_te
         assert not any("resumed" in line or "started" in line for line in lines)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the run's process ended: the claim went with it
-        with open(run / "claim.json") as claim:
-            try:
-                fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                time.sleep(0.1)
+    wait_until_the_claim_is_free(run)  # the run's process ended: the claim went with it
     lines = []
     assert run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append).done == 1
     assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
@@ -172,3 +185,35 @@ def test_resumable_must_be_a_boolean_and_gives_scripts_the_resume_option(tmp_pat
     assert "--resume" not in plain.arguments and resuming.arguments == tuple(plain.arguments) + ("--resume",)
     with pytest.raises(ValueError, match=r"grid cell 0 .*a resumable cell's script goes on .* add \"--resume\""):
         Grid.from_dict({"timesteps": 10, "cells": [{**cell, "resumable": True, "arguments": ["--seed", "{seed}"]}]}).runs()
+
+
+def test_only_a_stop_signal_makes_a_run_stopped_rather_than_failed():
+    assert Outcome(False, -2, signal_number=2).stopped and Outcome(False, -15, signal_number=15).stopped
+    assert not Outcome(False, -9, signal_number=9).stopped  # the out-of-memory killer's: a failure
+    assert not Outcome(False, -1, error="the driver could not start it").stopped
+    assert not Outcome(False, 1).stopped and not Outcome(True, 0).stopped
+
+
+def test_an_attempt_started_from_another_checkout_of_the_same_scripts_is_the_same_run(tmp_path):
+    (run,) = Grid.from_dict(GRID).runs()
+    for checkout in ("a", "b"):
+        (tmp_path / checkout).mkdir()
+        (tmp_path / checkout / "train.py").write_text("")
+    in_a, in_b = (dataclasses.replace(run, function=None, script=str(tmp_path / checkout / "train.py"))
+                  for checkout in ("a", "b"))
+    attempt = cut_short_attempt(tmp_path / "run", in_a)
+    assert interrupted_attempt(str(tmp_path / "run"), in_b) == str(attempt)
+
+
+def test_status_tells_a_run_cut_short_from_one_that_failed(tmp_path, capsys):
+    grid_file = tmp_path / "grid.json"
+    grid_file.write_text(json.dumps(GRID))
+    (run,) = Grid.from_dict(GRID).runs()
+    folder = tmp_path / "out" / "runs" / run.key
+    assert run_state(str(tmp_path / "out"), run) == "not started"
+    cut_short_attempt(folder, run)
+    (folder / "failed.json").write_text(json.dumps({"attempt": "attempt_0"}))  # an earlier attempt failed
+    assert run_state(str(tmp_path / "out"), run) == "cut short"
+    (folder / "failed.json").write_text(json.dumps({"attempt": "attempt_1"}))
+    assert command_line(["status", str(grid_file), "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.split() == ["failed", run.key]

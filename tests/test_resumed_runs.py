@@ -144,9 +144,10 @@ def test_newest_checkpoint_follows_the_lineage_that_ran_last_and_none_where_ther
                                 "run/checkpoints/final_agent.pt": 900, "run/checkpoints/best_agent.pt": 900,
                                 "run/checkpoints/.agent_500.pt.1a2b.tmp": 900,
                                 "run_from_40/checkpoints/agent_60.pt": 300,  # resumed at 40 later: it ran last
-                                "copy/checkpoints/agent_7.pt": 50, "copy/checkpoints/agent_9.pt": 50})
+                                "same_time/a/checkpoints/agent_7.pt": 50, "same_time/b/checkpoints/agent_9.pt": 50})
     assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "run_from_40" / "checkpoints" / "agent_60.pt")
-    assert newest_checkpoint(str(tmp_path / "copy")) == str(tmp_path / "copy" / "checkpoints" / "agent_9.pt")
+    assert newest_checkpoint(str(tmp_path / "same_time")) == str(tmp_path / "same_time" / "b" / "checkpoints" /
+                                                                  "agent_9.pt")
 
 
 def test_a_run_goes_on_only_from_its_own_settings(tmp_path):
@@ -156,7 +157,59 @@ def test_a_run_goes_on_only_from_its_own_settings(tmp_path):
     assert checkpoint_to_resume(str(tmp_path), dict(settings)) == str(tmp_path / "run" / "checkpoints" / "agent_5.pt")
     with pytest.raises(ValueError, match=r"holds a run of other settings \(seed 0 there, 1 here\)"):
         checkpoint_to_resume(str(tmp_path), {**settings, "seed": 1})
+    nothing_left = tmp_path / "nothing_left"
+    assert checkpoint_to_resume(str(nothing_left), settings) is None
+    assert checkpoint_to_resume(str(nothing_left), {**settings, "seed": 1}) is None  # no checkpoint: replaced
+    with open(nothing_left / "run_settings.json") as file:
+        assert json.load(file)["seed"] == 1
     unrecorded = tmp_path / "unrecorded"
     make_checkpoints(unrecorded, {"run/checkpoints/agent_5.pt": 100})
     with pytest.raises(ValueError, match="checkpoints .* of a run whose settings were not recorded"):
         checkpoint_to_resume(str(unrecorded), settings)
+
+
+def test_a_checkpoint_saved_outside_its_run_folder_keeps_the_run_s_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a project whose root holds checkpoints/ of its own
+    env = counting_env()
+    agent = build_mappo(env, rollouts=4, directory="runs")
+    trainer_for(agent, env, INTERVAL).train()
+    os.makedirs("checkpoints")
+    agent.save(os.path.join("checkpoints", "model.pt"))
+    resumed = build_mappo(counting_env(), rollouts=4, directory="runs")
+    resumed.load(os.path.join("checkpoints", "model.pt"))
+    trainer_for(resumed, env, INTERVAL).train()
+    assert os.path.samefile(resumed.experiment_dir, agent.experiment_dir)
+    assert not os.path.exists("evaluations.jsonl")
+
+
+def test_a_checkpoint_loaded_into_a_folder_of_its_own_evaluates_its_first_step(tmp_path):
+    env = counting_env()
+    agent = named_agent(env, tmp_path)
+    trainer_for(agent, env, 2 * INTERVAL).train()
+    agent.save(str(tmp_path / "final.pt"))  # evaluated at its last step
+    tuned = build_mappo(counting_env(), rollouts=4, directory=str(tmp_path),
+                        cfg={"experiment": {"experiment_name": "fine_tune"}})
+    tuned.load(str(tmp_path / "final.pt"))
+    trainer_for(tuned, env, INTERVAL).train()
+    assert tuned.experiment_dir.endswith("fine_tune") and curve_steps(tuned) == [8, 12]
+
+
+def test_within_a_run_folder_the_step_decides_whatever_the_files_times(tmp_path):
+    make_checkpoints(tmp_path, {"run/checkpoints/agent_12.pt": 100, "run/checkpoints/agent_8.pt": 200})  # a copy
+    assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "run" / "checkpoints" / "agent_12.pt")
+
+
+def test_teams_at_different_steps_are_evaluated_once_per_step(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
+    pair = build_mappo(env, rollouts=4, directory=str(tmp_path), uids=["agent_0", "agent_1"],
+                       cfg={"experiment": {"experiment_name": "pair"}})
+    pair.timestep = 8  # a team that goes on from a checkpoint of step 8 beside a new one
+    solo = build_mappo(env, rollouts=4, directory=str(tmp_path), uids=["agent_2"], algorithm="ippo",
+                       cfg={"experiment": {"experiment_name": "solo"}})
+    trainer = SequentialTrainer(env=env, agents=[pair, solo], cfg={
+        "timesteps": INTERVAL, "eval_interval": INTERVAL, "eval_at_start": True, "eval_episodes": 2,
+        "disable_progressbar": True})
+    for _ in range(3):
+        trainer.train()
+    with open(os.path.join(pair.experiment_dir, "evaluations.jsonl")) as file:
+        assert [json.loads(line)["timestep"] for line in file] == [8, 12, 16, 20]

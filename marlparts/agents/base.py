@@ -313,6 +313,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
             return
         self._initialised = True
         self._start_distributed()
+        if self.experiment_dir is None or files_written_after(self.experiment_dir, self.timestep):
+            self.evaluated_at = None  # a folder of its own (fresh, or a branch): its curve starts at this step
         if not is_main_process():  # under torchrun only rank 0 writes logs, checkpoints and reports
             self.experiment_dir = self.experiment_dir or self._named_folder()
             return
@@ -355,7 +357,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         (``experiment_name`` empty or naming it). A run that already writes (its first ``train()`` is
         over) keeps its folder. Either way, where that folder holds checkpoints or videos of steps after
         the loaded ``timestep``, the run branches into ``<folder>_from_<timestep>``, with a warning,
-        so that they are never overwritten.
+        so that they are never overwritten. A run that does not go on in the checkpoint's folder (a
+        fresh folder or a branch) forgets the checkpoint's ``evaluated_at``: its curve starts anew.
         """
         if not self._initialised:
             named = self.cfg["experiment"]["experiment_name"]
@@ -363,7 +366,11 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                     (not named or os.path.abspath(self._named_folder()) == os.path.abspath(folder)):
                 self.experiment_dir = folder
             return  # the first train() checks for later files (init)
-        if self.experiment_dir is None or not is_main_process():
+        if self.experiment_dir is None:
+            return
+        if files_written_after(self.experiment_dir, self.timestep):
+            self.evaluated_at = None  # it branches: the new folder's curve starts at this step
+        if not is_main_process():
             return
         branch = self._branch_folder()
         if branch != self.experiment_dir:

@@ -5,7 +5,7 @@
     python -m marlparts.benchmark report DIR [--reference REFERENCE.json]
 
 ``run`` runs every run of the grid that has not finished (a second ``run`` resumes the grid);
-``status`` lists the runs finished, failed and not yet run; ``report`` writes the report of the
+``status`` lists the runs finished, failed, cut short (stopped, or running) and not started; ``report`` writes the report of the
 finished runs to ``DIR/report/``.
 """
 
@@ -17,7 +17,7 @@ from typing import List, Optional
 
 from marlparts.benchmark.grid import Grid
 from marlparts.benchmark.report import write_report
-from marlparts.benchmark.runner import FAILURE_FILE, is_finished, run_folder, run_grid
+from marlparts.benchmark.runner import run_grid, run_state
 
 
 def parse_arguments(arguments: Optional[List[str]] = None) -> argparse.Namespace:
@@ -32,7 +32,7 @@ def parse_arguments(arguments: Optional[List[str]] = None) -> argparse.Namespace
     run.add_argument("--ray", help="run on Ray: 'auto' (this machine's cluster), 'local' (start one) or an address")
     run.add_argument("--only", help="run only the runs whose environment/task/algorithm/seed_<s> matches this "
                                     "shell pattern (e.g. 'lbf/*/MAPPO/*')")
-    status = commands.add_parser("status", help="list the runs finished, failed and not yet run")
+    status = commands.add_parser("status", help="list the runs finished, failed, cut short and not started")
     status.add_argument("grid", help="the grid's JSON file")
     status.add_argument("--out", required=True, help="the grid's folder")
     report = commands.add_parser("report", help="write the report of the finished runs to DIR/report/")
@@ -44,7 +44,7 @@ def parse_arguments(arguments: Optional[List[str]] = None) -> argparse.Namespace
 
 
 def main(arguments: Optional[List[str]] = None) -> int:
-    """Run the command; the exit status is 1 where a run failed."""
+    """Run the command; the exit status is 1 where a run failed or was stopped."""
     args = parse_arguments(arguments)
     if args.command == "report":
         summary = write_report(args.out, reference=args.reference, repetitions=args.repetitions,
@@ -54,17 +54,16 @@ def main(arguments: Optional[List[str]] = None) -> int:
     grid = Grid.from_file(args.grid)
     if args.command == "status":
         for run in grid.runs():
-            state = "finished" if is_finished(args.out, run) else \
-                "failed" if os.path.exists(os.path.join(run_folder(args.out, run), FAILURE_FILE)) else "not finished"
-            print(f"{state:12} {run.key}")
+            print(f"{run_state(args.out, run):12} {run.key}")
         return 0
     only = (lambda run: fnmatch.fnmatch(run.key, args.only)) if args.only else None
     progress = run_grid(grid, args.out, workers=args.workers, ray_address=args.ray, only=only,
                         report=lambda line: print(line, flush=True))
     if progress.failed:
         print("failed runs (see failed.json in each run's folder):\n  " + "\n  ".join(progress.failed))
-        return 1
-    return 0
+    if progress.stopped:
+        print("runs stopped by a signal (the next run takes them up):\n  " + "\n  ".join(progress.stopped))
+    return 1 if progress.failed or progress.stopped else 0
 
 
 if __name__ == "__main__":

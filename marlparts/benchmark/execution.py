@@ -36,6 +36,7 @@ class Outcome:
         log_tail: the log's last lines.
         log: the whole log, where the run's log was not written to a file of the driver's (Ray).
         provenance: which code ran (:func:`code_provenance`).
+        signal_number: the signal that ended the run's process (None where it exited, or never started).
     """
 
     finished: bool
@@ -46,11 +47,12 @@ class Outcome:
     log_tail: str = ""
     log: Optional[str] = None
     provenance: Dict[str, Any] = field(default_factory=dict)
+    signal_number: Optional[int] = None
 
     @property
     def stopped(self) -> bool:
-        """The process was stopped by a signal of :data:`STOP_SIGNALS` (not a failure of the run)."""
-        return not self.finished and -self.returncode in STOP_SIGNALS
+        """The run's process was stopped by a signal of :data:`STOP_SIGNALS` (not a failure of the run)."""
+        return not self.finished and self.signal_number in STOP_SIGNALS
 
 
 def _version(package: str) -> Optional[str]:
@@ -155,7 +157,7 @@ def execute(run: RunSpec, directory: str, log_path: str, *, keep_open: Sequence[
         log.flush()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
                                    cwd=os.path.dirname(run.script) if run.script else None,
-                                   pass_fds=tuple(keep_open))
+                                   pass_fds=tuple(keep_open) if os.name == "posix" else ())
         try:
             returncode = process.wait()
         except BaseException:  # the driver is stopped: so is the run, which stays unfinished
@@ -167,8 +169,11 @@ def execute(run: RunSpec, directory: str, log_path: str, *, keep_open: Sequence[
             raise
     seconds = time.perf_counter() - began
     if returncode != 0:
-        return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path),
-                       error=f"the process exited with status {returncode}", provenance=provenance)
+        signal_number = -returncode if returncode < 0 else None
+        error = f"the process was ended by signal {signal_number}" if signal_number else \
+            f"the process exited with status {returncode}"
+        return Outcome(False, returncode, seconds=seconds, log_tail=_tail(log_path), error=error,
+                       provenance=provenance, signal_number=signal_number)
     try:
         evaluations = read_learning_curve(directory, expected=run.evaluations)
     except (ValueError, OSError, json.JSONDecodeError, KeyError) as error:

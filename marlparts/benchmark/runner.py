@@ -99,8 +99,10 @@ def claim(folder: str) -> bool:
 
 
 def held_claim(folder: str) -> Optional[int]:
-    """The file descriptor of this process's claim on the run of ``folder`` (None where it holds none)."""
-    return _held_claims.get(folder)
+    """The file descriptor of this process's locked claim on the run of ``folder`` (None where it holds none, or
+    claims are not locked: Windows).
+    """
+    return _held_claims.get(folder) if fcntl is not None else None
 
 
 def release(folder: str) -> None:
@@ -127,6 +129,35 @@ def spec_record(run: RunSpec) -> Dict[str, Any]:
     return json.loads(json.dumps(asdict(run)))
 
 
+def same_run(record: Mapping[str, Any], run: RunSpec) -> bool:
+    """Whether an attempt's ``run.json`` describes ``run``: every setting equal, the script by its file name (a
+    grid driven from another checkout of the same scripts is the same grid).
+    """
+    def comparable(values: Mapping[str, Any]) -> Dict[str, Any]:
+        script = values.get("script")
+        return {**values, "script": os.path.basename(script) if script else script}
+    return comparable(record) == comparable(spec_record(run))
+
+
+def run_state(out: str, run: RunSpec) -> str:
+    """Where ``run`` stands in the grid folder ``out``: ``"finished"``, ``"failed"`` (its newest attempt failed),
+    ``"cut short"`` (its newest attempt ended with no outcome: stopped, or still running) or ``"not started"``.
+    """
+    folder = run_folder(out, run)
+    if is_finished(out, run):
+        return "finished"
+    newest = os.path.basename(next_attempt(folder))
+    number = int(newest.rsplit("_", 1)[1]) - 1
+    if number < 1:
+        return "not started"
+    try:
+        with open(os.path.join(folder, FAILURE_FILE)) as file:
+            failed = json.load(file).get("attempt")
+    except (OSError, json.JSONDecodeError, AttributeError):
+        failed = None
+    return "failed" if failed == f"attempt_{number}" else "cut short"
+
+
 def interrupted_attempt(folder: str, run: RunSpec) -> Optional[str]:
     """The newest attempt folder of the run folder ``folder`` where that attempt of ``run`` was cut short after it
     wrote a checkpoint: the run has not finished, the attempt did not fail (``failed.json`` names another one, or
@@ -150,10 +181,10 @@ def interrupted_attempt(folder: str, run: RunSpec) -> Optional[str]:
         return None
     try:
         with open(os.path.join(attempt, SPEC_FILE)) as file:
-            same_run = json.load(file) == spec_record(run)
+            record = json.load(file)
     except (OSError, json.JSONDecodeError):
         return None
-    return attempt if same_run else None
+    return attempt if isinstance(record, dict) and same_run(record, run) else None
 
 
 def _record(out: str, run: RunSpec, attempt: str, outcome: Outcome) -> None:
@@ -211,8 +242,7 @@ def _check_finished_runs(out: str, runs: Sequence[RunSpec]) -> None:
 
 def _summary(run: RunSpec, outcome: Outcome) -> str:
     if outcome.stopped:
-        return (f"STOPPED {run.key} after {outcome.seconds:.0f} s by signal {-outcome.returncode}: "
-                f"it {'goes on' if run.resumable else 'starts again'} at the next run")
+        return f"STOPPED {run.key} after {outcome.seconds:.0f} s by signal {outcome.signal_number}: the next run takes it up"
     if not outcome.finished:
         return f"FAILED {run.key} after {outcome.seconds:.0f} s: {outcome.error}"
     last = outcome.evaluations[-1]

@@ -51,7 +51,8 @@ class SequentialTrainer(Trainer):
 
     With ``eval_interval`` set, ``train()`` evaluates every ``eval_interval`` steps. With ``eval_at_start`` it
     also evaluates before its first step where that step is a multiple of ``eval_interval`` and an algorithm
-    has not been evaluated there during training (``agent.evaluated_at``, kept in checkpoints): step 0, or a
+    has not been evaluated at its step during training (``agent.evaluated_at``, kept in checkpoints, and
+    forgotten by a run that goes on in a folder of its own): step 0, or a
     run resumed from a checkpoint written before its evaluation at that step, so that its learning curve
     holds the point even where the run was cut short during that evaluation; not a run that goes on (in
     this trainer or a new one) after an evaluation at that step. With
@@ -99,7 +100,7 @@ class SequentialTrainer(Trainer):
         began = time.perf_counter()
         self._stop_requested = False
         if eval_interval and self.cfg["eval_at_start"] and start % eval_interval == 0 \
-                and any(agent.evaluated_at != start for agent in self.agents):
+                and any(agent.evaluated_at != agent.timestep for agent in self.agents):
             self._evaluate_during_training()
         bar = Progress(steps, disable=self.cfg["disable_progressbar"], interval=float(self.cfg["progress_interval"]))
         try:

@@ -6,7 +6,7 @@ import glob
 import json
 import os
 import re
-from typing import Any, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from marlparts.utils.files import write_json_atomically
 
@@ -48,19 +48,22 @@ def files_written_after(folder: str, timestep: int) -> List[str]:
 
 def newest_checkpoint(directory: str) -> Optional[str]:
     """The checkpoint a run cut short (a crash, a stopped session) goes on from: of the step checkpoints under
-    ``directory`` (``<experiment folder>/checkpoints/agent_<step>.pt``, at any depth), the one written last, so
-    that of an experiment folder and a branch of it (``<folder>_from_<step>``) the lineage that ran last wins;
-    between files written at the same time, the later step, then the path. None where there is none.
+    ``directory`` (``<experiment folder>/checkpoints/agent_<step>.pt``, at any depth), the latest step of the
+    experiment folder written to last, so that of a folder and a branch of it (``<folder>_from_<step>``) the
+    lineage that ran last wins, while within a folder the step decides (copies may not keep the files' times).
+    Folders last written at the same time: the one with the later step, then the later path. None where there
+    is none.
     """
-    newest, newest_key = None, None
+    folders: Dict[str, List[Tuple[int, str]]] = {}
     for path in glob.glob(os.path.join(glob.escape(directory), "**", "checkpoints", "agent_*.pt"), recursive=True):
         match = _CHECKPOINT_OF_A_STEP.fullmatch(os.path.basename(path))
-        if match is None:
-            continue
-        key = (os.path.getmtime(path), int(match.group(1)), path)
-        if newest_key is None or key > newest_key:
-            newest, newest_key = path, key
-    return newest
+        if match is not None:
+            folders.setdefault(os.path.dirname(path), []).append((int(match.group(1)), path))
+    if not folders:
+        return None
+    def recency(folder: str) -> Tuple[float, int, str]:
+        return max(os.path.getmtime(path) for _, path in folders[folder]), max(folders[folder])[0], folder
+    return max(folders[max(folders, key=recency)])[1]
 
 
 def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optional[str]:
@@ -68,10 +71,11 @@ def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optiona
     ``directory``, the run's own folder: its :func:`newest_checkpoint`, or None for a fresh start.
 
     The first call records ``settings`` in ``directory/run_settings.json``; a later call checks them against
-    that record, so that a run never goes on from another run's checkpoint.
+    that record, so that a run never goes on from another run's checkpoint (a run of other settings that
+    left no checkpoint is replaced: this one starts afresh and is recorded).
 
     Raises:
-        ValueError: ``directory`` holds a run of other settings (naming them), or checkpoints of a run whose
+        ValueError: ``directory`` holds checkpoints of a run of other settings (naming them), or of a run whose
             settings were not recorded: give each run a directory of its own.
     """
     wanted = json.loads(json.dumps(dict(settings)))
@@ -91,6 +95,9 @@ def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optiona
         write_json_atomically(wanted, path)
         return None
     differences = sorted(key for key in set(recorded) | set(wanted) if recorded.get(key) != wanted.get(key))
+    if differences and checkpoint is None:  # the other run left nothing to go on from: this one starts afresh
+        write_json_atomically(wanted, path)
+        return None
     if differences:
         shown = ", ".join(f"{key} {recorded.get(key)!r} there, {wanted.get(key)!r} here" for key in differences)
         raise ValueError(f"{directory} holds a run of other settings ({shown}): give each run a directory of its own")

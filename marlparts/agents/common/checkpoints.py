@@ -194,18 +194,19 @@ class CheckpointMixin:
         mismatch the error names the part (role and agents) and the tensor. A run resumed this way
         keeps counting its timesteps and goes on writing into the checkpoint's experiment folder
         where it exists here and ``experiment_name`` is empty or names it; a checkpoint of an earlier
-        step than the folder's last branches into a folder of its own (:meth:`resume_folder`). The
-        experiment folder of a checkpoint at ``<folder>/checkpoints/<file>`` is ``<folder>``, where the
-        run's folder was copied or moved since it was written.
+        step than the folder's last branches into a folder of its own (:meth:`resume_folder`). A run
+        folder copied or moved since (a checkpoint at ``<folder>/checkpoints/<file>`` where ``<folder>``
+        has the name of the folder it was written in, but is another) goes on where it now is.
         """
         # read on the CPU: each part copies into its own tensors on the algorithm's device (generator
         # states must stay on the CPU)
         state = load_checkpoint_file(path, map_location="cpu")
         holder = os.path.dirname(os.path.abspath(path))
-        if os.path.basename(holder) == "checkpoints":
-            folder, written_in = os.path.dirname(holder), state.get("experiment_dir")
-            if not (written_in and os.path.isdir(written_in) and os.path.samefile(written_in, folder)):
-                state["experiment_dir"] = folder
+        folder, written_in = os.path.dirname(holder), state.get("experiment_dir")
+        if os.path.basename(holder) == "checkpoints" and written_in and \
+                os.path.basename(os.path.normpath(written_in)) == os.path.basename(folder) and \
+                not (os.path.isdir(written_in) and os.path.samefile(written_in, folder)):
+            state["experiment_dir"] = folder  # the run's folder, copied or moved
         self.load_state_dict(state)
 
     def save_checkpoint(self, path: str) -> None:
