@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -217,3 +218,17 @@ def test_status_tells_a_run_cut_short_from_one_that_failed(tmp_path, capsys):
     (folder / "failed.json").write_text(json.dumps({"attempt": "attempt_1"}))
     assert command_line(["status", str(grid_file), "--out", str(tmp_path / "out")]) == 0
     assert capsys.readouterr().out.split() == ["failed", run.key]
+
+
+def test_status_shows_a_run_whose_claim_names_a_live_process_as_running(tmp_path):
+    (run,) = Grid.from_dict(GRID).runs()
+    folder = tmp_path / "runs" / run.key
+    cut_short_attempt(folder, run)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / "claim.json").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid}))
+        assert run_state(str(tmp_path), run) == "running"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_state(str(tmp_path), run) == "cut short"  # its holder is gone

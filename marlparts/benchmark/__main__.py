@@ -5,7 +5,7 @@
     python -m marlparts.benchmark report DIR [--reference REFERENCE.json]
 
 ``run`` runs every run of the grid that has not finished (a second ``run`` resumes the grid);
-``status`` lists the runs finished, failed, cut short (stopped, or running) and not started; ``report`` writes the report of the
+``status`` lists the runs finished, running, failed, cut short and not started; ``report`` writes the report of the
 finished runs to ``DIR/report/``.
 """
 
@@ -32,7 +32,7 @@ def parse_arguments(arguments: Optional[List[str]] = None) -> argparse.Namespace
     run.add_argument("--ray", help="run on Ray: 'auto' (this machine's cluster), 'local' (start one) or an address")
     run.add_argument("--only", help="run only the runs whose environment/task/algorithm/seed_<s> matches this "
                                     "shell pattern (e.g. 'lbf/*/MAPPO/*')")
-    status = commands.add_parser("status", help="list the runs finished, failed, cut short and not started")
+    status = commands.add_parser("status", help="list the runs finished, running, failed, cut short and not started")
     status.add_argument("grid", help="the grid's JSON file")
     status.add_argument("--out", required=True, help="the grid's folder")
     report = commands.add_parser("report", help="write the report of the finished runs to DIR/report/")

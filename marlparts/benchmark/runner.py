@@ -139,13 +139,38 @@ def same_run(record: Mapping[str, Any], run: RunSpec) -> bool:
     return comparable(record) == comparable(spec_record(run))
 
 
+def claimed_elsewhere(folder: str) -> bool:
+    """Whether the claim on the run of ``folder`` names a live process of this host other than this one (read,
+    not locked, so that asking never keeps a driver from a run). A run whose driver died while the run goes on
+    reads as not claimed here.
+    """
+    try:
+        with open(os.path.join(folder, CLAIM_FILE)) as file:
+            holder = json.load(file)
+        pid = int(holder["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if holder.get("host") != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
 def run_state(out: str, run: RunSpec) -> str:
-    """Where ``run`` stands in the grid folder ``out``: ``"finished"``, ``"failed"`` (its newest attempt failed),
-    ``"cut short"`` (its newest attempt ended with no outcome: stopped, or still running) or ``"not started"``.
+    """Where ``run`` stands in the grid folder ``out``: ``"finished"``, ``"running"`` (a live driver of this host
+    holds it), ``"failed"`` (its newest attempt failed), ``"cut short"`` (its newest attempt ended with no
+    outcome: stopped) or ``"not started"``.
     """
     folder = run_folder(out, run)
     if is_finished(out, run):
         return "finished"
+    if claimed_elsewhere(folder):
+        return "running"
     newest = os.path.basename(next_attempt(folder))
     number = int(newest.rsplit("_", 1)[1]) - 1
     if number < 1:
