@@ -2,19 +2,22 @@
 
 The grid's folder holds one folder per run, ``runs/<environment>/<task>/<algorithm>/seed_<seed>/``:
 ``result.json`` once the run has finished (its learning curve; a finished run is never run again),
-``failed.json`` where its last attempt failed (why, and the end of its log), and one folder per
-attempt, ``attempt_<n>/``, with the run's ``log.txt`` and the experiment folder it trained in. A run
-stopped half-way (the machine went down, the session ended, the driver was interrupted: a run ended
-by SIGINT, SIGTERM or SIGHUP is stopped, not failed) starts again at the next :func:`run_grid`:
-a run of a ``resumable`` cell in the folder of the attempt that was cut short, where it goes on from
-its last checkpoint (if it wrote one, and the attempt's ``run.json`` shows the grid still defines
-the run as it did) (on the local pool; a Ray worker writes in a folder of its own, so there it starts
-over); any other run in a new attempt folder, nothing an earlier attempt wrote touched. An attempt that
-failed is never resumed. While a run runs, its folder
-holds ``claim.json``, locked by the driver that runs it (and naming its host and process) and by the
-run's process: a second driver on the same grid folder passes over the runs the first one holds, so
-several drivers share a grid without running a run twice; the lock goes with the processes that held
-it (a run whose driver died holds it until it ends).
+``failed.json`` where an attempt failed (which, why, and the end of its log), and one folder per
+attempt, ``attempt_<n>/``, with the run's ``log.txt``, ``run.json`` (the run as the grid defined it)
+and the experiment folder it trained in.
+
+A run stopped half-way (the machine went down, the session ended, the driver was interrupted; a run
+ended by SIGINT, SIGTERM or SIGHUP is stopped, not failed) starts again at the next :func:`run_grid`.
+A run of a ``resumable`` cell goes on in the attempt folder that was cut short, from its last
+checkpoint, where it wrote one and its ``run.json`` shows the grid still defines the run as it did
+(on the local pool only: a Ray worker writes in a folder of its own). Any other run starts in a new
+attempt folder, and nothing an earlier attempt wrote is touched. An attempt that failed is never
+resumed.
+
+While a run runs, its folder holds ``claim.json``, naming its host and driver and locked by the
+driver and by the run's process: a second driver on the same grid folder passes over the runs the
+first one holds, so several drivers share a grid without running a run twice. The lock goes with the
+processes that held it; a run whose driver died holds it until it ends.
 """
 
 import concurrent.futures
@@ -161,6 +164,27 @@ def claimed_elsewhere(folder: str) -> bool:
     return True
 
 
+def newest_attempt(folder: str) -> Optional[str]:
+    """The newest ``attempt_<n>`` folder of the run folder ``folder`` (None before the first attempt)."""
+    number = int(next_attempt(folder).rsplit("_", 1)[1]) - 1
+    return os.path.join(folder, f"attempt_{number}") if number >= 1 else None
+
+
+def failed_attempt(folder: str) -> Optional[str]:
+    """The name of the attempt that the run folder's ``failed.json`` names (None where there is none).
+
+    Raises:
+        ValueError: ``failed.json`` cannot be read.
+    """
+    try:
+        with open(os.path.join(folder, FAILURE_FILE)) as file:
+            return json.load(file)["attempt"]
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise ValueError(f"cannot read {os.path.join(folder, FAILURE_FILE)}: {error}") from error
+
+
 def run_state(out: str, run: RunSpec) -> str:
     """Where ``run`` stands in the grid folder ``out``: ``"finished"``, ``"running"`` (a live driver of this host
     holds it), ``"failed"`` (its newest attempt failed), ``"cut short"`` (its newest attempt ended with no
@@ -171,38 +195,32 @@ def run_state(out: str, run: RunSpec) -> str:
         return "finished"
     if claimed_elsewhere(folder):
         return "running"
-    newest = os.path.basename(next_attempt(folder))
-    number = int(newest.rsplit("_", 1)[1]) - 1
-    if number < 1:
+    attempt = newest_attempt(folder)
+    if attempt is None:
         return "not started"
     try:
-        with open(os.path.join(folder, FAILURE_FILE)) as file:
-            failed = json.load(file).get("attempt")
-    except (OSError, json.JSONDecodeError, AttributeError):
-        failed = None
-    return "failed" if failed == f"attempt_{number}" else "cut short"
+        failed = failed_attempt(folder)
+    except ValueError:
+        return "failed"
+    return "failed" if failed == os.path.basename(attempt) else "cut short"
 
 
 def interrupted_attempt(folder: str, run: RunSpec) -> Optional[str]:
     """The newest attempt folder of the run folder ``folder`` where that attempt of ``run`` was cut short after it
     wrote a checkpoint: the run has not finished, the attempt did not fail (``failed.json`` names another one, or
-    is absent), its ``run.json`` equals ``run`` (the grid was not changed since) and a
+    is absent), its ``run.json`` describes ``run`` (:func:`same_run`: the grid was not changed since) and a
     ``checkpoints/agent_<step>.pt`` lies under it. None otherwise (an attempt cut short before its first
     checkpoint has nothing to go on from; one of other settings would mix two runs in one curve).
     """
-    latest = next_attempt(folder)
-    number = int(latest.rsplit("_", 1)[1]) - 1
-    if number < 1 or os.path.isfile(os.path.join(folder, RESULT_FILE)):
+    attempt = newest_attempt(folder)
+    if attempt is None or os.path.isfile(os.path.join(folder, RESULT_FILE)):
         return None
-    attempt = os.path.join(folder, f"attempt_{number}")
     try:
-        with open(os.path.join(folder, FAILURE_FILE)) as file:
-            failed = json.load(file).get("attempt")
-    except FileNotFoundError:
-        failed = None
-    except (OSError, json.JSONDecodeError, AttributeError):
+        if failed_attempt(folder) == os.path.basename(attempt):
+            return None
+    except ValueError:
         return None  # an unreadable failure record: start afresh
-    if failed == os.path.basename(attempt) or newest_checkpoint(attempt) is None:
+    if newest_checkpoint(attempt) is None:
         return None
     try:
         with open(os.path.join(attempt, SPEC_FILE)) as file:

@@ -61,9 +61,9 @@ def newest_checkpoint(directory: str) -> Optional[str]:
             folders.setdefault(os.path.dirname(path), []).append((int(match.group(1)), path))
     if not folders:
         return None
-    def recency(folder: str) -> Tuple[float, int, str]:
-        return max(os.path.getmtime(path) for _, path in folders[folder]), max(folders[folder])[0], folder
-    return max(folders[max(folders, key=recency)])[1]
+    last_written = max(folders, key=lambda folder: (max(os.path.getmtime(path) for _, path in folders[folder]),
+                                                    max(folders[folder])[0], folder))
+    return max(folders[last_written])[1]
 
 
 def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optional[str]:
@@ -88,6 +88,8 @@ def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optiona
         recorded = None
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"cannot read the run settings {path}: {error}") from error
+    if recorded is not None and not isinstance(recorded, dict):
+        raise ValueError(f"the run settings {path} hold a {type(recorded).__name__}, not a JSON object")
     if recorded is None:
         if checkpoint is not None:
             raise ValueError(f"{directory} holds checkpoints ({checkpoint}) of a run whose settings were not recorded: "
