@@ -11,6 +11,14 @@ import has to be made conditional::
         env_args.key="lbforaging:Foraging-2s-8x8-2p-2f-coop-v3" t_max=2000000 test_interval=50000 \\
         test_nepisode=100 seed=0
 
+and on RWARE with the grid's 4M env steps and 21 evaluations of 16 episodes, MAPPO with the paper's RWARE
+settings (the paper's hyperparameters for it: feed-forward, learning rate 5e-4, 10-step returns, rewards not
+standardised)::
+
+    python src/main.py --config=mappo --env-config=gymma with env_args.time_limit=500 \\
+        env_args.key="rware:rware-tiny-2ag-v2" t_max=4000000 test_interval=200000 test_nepisode=16 \\
+        lr=0.0005 q_nstep=10 use_rnn=False standardise_rewards=False seed=0
+
 Each run writes ``results/sacred/<algorithm>/<env key>/<id>/`` (Sacred's ``config.json`` and ``info.json``).
 This script reads such folders and writes, per run, the evaluation curve (``test_return_mean`` at
 ``test_return_mean_T``: the team return, summed over the agents, as the grid's) with EPyMARL's two
