@@ -116,9 +116,12 @@ def test_only_an_attempt_of_the_same_run_cut_short_after_a_checkpoint_is_resumed
 
 
 def start_driver(grid_file, out, environment):
+    """The driver in a process group of its own, with Ctrl-C's default handling (a shell that runs the tests in
+    the background leaves SIGINT ignored, and children inherit that)."""
     return subprocess.Popen([sys.executable, "-m", "marlparts.benchmark", "run", str(grid_file), "--out", str(out),
                              "--workers", "1"], env=environment, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(tmp_path, with_test_helpers):
