@@ -58,33 +58,6 @@ def wait_until_the_claim_is_free(run_folder, seconds=30.0):
     raise AssertionError(f"the claim of {run_folder} is still held after {seconds} s")
 
 
-def test_a_resumable_run_cut_short_goes_on_in_its_attempt_from_its_last_checkpoint(tmp_path, with_test_helpers):
-    grid_file, out = tmp_path / "grid.json", tmp_path / "out"
-    grid_file.write_text(json.dumps(GRID))
-    run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
-    driver = subprocess.Popen([sys.executable, "-m", "marlparts.benchmark", "run", str(grid_file), "--out", str(out),
-                               "--workers", "1"], env=with_test_helpers, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(str(run / "attempt_1" / "log.txt"), "blocked at step 8", driver)
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)  # the session ends: the driver and its run go down together
-        driver.wait()
-    wait_until_the_claim_is_free(run)
-    assert not (run / "result.json").exists() and not (run / "failed.json").exists()  # neither finished nor failed
-
-    lines = []
-    progress = run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append)
-    assert progress.done == 1 and progress.failed == []
-    assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
-    assert sorted(os.listdir(run)) == ["attempt_1", "result.json"]  # no second attempt; the claim released
-    result = json.loads((run / "result.json").read_text())
-    assert result["attempt"] == "attempt_1"
-    assert [point["env_steps"] for point in result["evaluations"]] == [0, 8, 16, 24, 32]
-    log = (run / "attempt_1" / "log.txt").read_text()
-    assert log.count("$ ") == 2 and "resumed from" in log and "agent_8.pt" in log  # both starts, in one log
-
-
 def cut_short_attempt(run_folder, run, *, checkpoint=True):
     attempt = run_folder / "attempt_1"
     (attempt / "work" / "experiment" / "checkpoints").mkdir(parents=True)
@@ -143,7 +116,10 @@ def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(
     assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
 
 
-def test_a_run_whose_driver_died_keeps_its_claim_until_it_ends(tmp_path, with_test_helpers):
+def test_a_run_cut_short_goes_on_in_its_attempt_and_keeps_its_claim_while_its_driver_is_gone(tmp_path,
+                                                                                              with_test_helpers):
+    """The driver is killed alone (its run holds the claim until it ends), then the run too, as at the end of a
+    session; the next driver resumes the run in its attempt folder from its last checkpoint."""
     pytest.importorskip("fcntl")
     grid_file, out = tmp_path / "grid.json", tmp_path / "out"
     grid_file.write_text(json.dumps(GRID))
@@ -161,9 +137,17 @@ def test_a_run_whose_driver_died_keeps_its_claim_until_it_ends(tmp_path, with_te
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
     wait_until_the_claim_is_free(run)  # the run's process ended: the claim went with it
+    assert not (run / "result.json").exists() and not (run / "failed.json").exists()  # neither finished nor failed
     lines = []
-    assert run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append).done == 1
+    progress = run_grid(Grid.from_file(str(grid_file)), str(out), workers=1, report=lines.append)
+    assert progress.done == 1 and progress.failed == []
     assert any("resumed counting/steps3-block8/MAPPO/seed_0 in attempt_1" in line for line in lines), lines
+    assert sorted(os.listdir(run)) == ["attempt_1", "result.json"]  # no second attempt; the claim released
+    result = json.loads((run / "result.json").read_text())
+    assert result["attempt"] == "attempt_1"
+    assert [point["env_steps"] for point in result["evaluations"]] == [0, 8, 16, 24, 32]
+    log = (run / "attempt_1" / "log.txt").read_text()
+    assert log.count("$ ") == 2 and "resumed from" in log and "agent_8.pt" in log  # both starts, in one log
 
 
 @pytest.mark.parametrize("resumable", [False, True])
