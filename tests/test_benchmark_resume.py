@@ -97,13 +97,25 @@ def start_driver(grid_file, out, environment):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(tmp_path, with_test_helpers):
+def driver_blocked_at_step_8(tmp_path, environment):
+    """A driver of :data:`GRID` (:func:`start_driver`) whose run is blocked at its evaluation of step 8, its
+    checkpoint of that step written. Returns the grid file, the grid folder, the run's folder and the driver."""
     grid_file, out = tmp_path / "grid.json", tmp_path / "out"
     grid_file.write_text(json.dumps(GRID))
     run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
-    driver = start_driver(grid_file, out, with_test_helpers)
+    driver = start_driver(grid_file, out, environment)
     try:
         wait_for(str(run / "attempt_1" / "log.txt"), "blocked at step 8", driver)
+    except BaseException:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+        raise
+    return grid_file, out, run, driver
+
+
+def test_an_interrupted_driver_leaves_its_run_stopped_not_failed_and_it_goes_on(tmp_path, with_test_helpers):
+    grid_file, out, run, driver = driver_blocked_at_step_8(tmp_path, with_test_helpers)
+    try:
         os.killpg(driver.pid, signal.SIGINT)  # Ctrl-C: the whole process group, the run's process too
         driver.wait(timeout=60)
     finally:
@@ -121,12 +133,8 @@ def test_a_run_cut_short_goes_on_in_its_attempt_and_keeps_its_claim_while_its_dr
     """The driver is killed alone (its run holds the claim until it ends), then the run too, as at the end of a
     session; the next driver resumes the run in its attempt folder from its last checkpoint."""
     pytest.importorskip("fcntl")
-    grid_file, out = tmp_path / "grid.json", tmp_path / "out"
-    grid_file.write_text(json.dumps(GRID))
-    run = out / "runs" / "counting" / "steps3-block8" / "MAPPO" / "seed_0"
-    driver = start_driver(grid_file, out, with_test_helpers)
+    grid_file, out, run, driver = driver_blocked_at_step_8(tmp_path, with_test_helpers)
     try:
-        wait_for(str(run / "attempt_1" / "log.txt"), "blocked at step 8", driver)
         driver.kill()  # the driver alone: its run goes on, in the driver's process group
         driver.wait()
         os.killpg(driver.pid, 0)  # the run's process is alive

@@ -45,15 +45,22 @@ def test_checkpoints_are_written_at_every_evaluation_and_the_newest_is_found(tmp
     assert newest_checkpoint(str(tmp_path)) == os.path.join(agent.experiment_dir, "checkpoints", "agent_12.pt")
 
 
-def test_a_run_cut_short_during_an_evaluation_gets_that_point_when_it_goes_on(tmp_path):
+def cut_short_during_its_evaluation_at_step_8(tmp_path):
+    """A run of two evaluation intervals whose process died while evaluating at step 8: its checkpoint of step 8
+    is there, its curve's point is not. Returns the env and the agent."""
     env = counting_env()
     agent = named_agent(env, tmp_path)
     trainer_for(agent, env, 2 * INTERVAL).train()
     curve = os.path.join(agent.experiment_dir, "evaluations.jsonl")
     with open(curve) as file:
         lines = file.readlines()
-    with open(curve, "w") as file:  # cut short while evaluating at step 8: its checkpoint is there, its point is not
+    with open(curve, "w") as file:
         file.writelines(lines[:-1])
+    return env, agent
+
+
+def test_a_run_cut_short_during_an_evaluation_gets_that_point_when_it_goes_on(tmp_path):
+    env, agent = cut_short_during_its_evaluation_at_step_8(tmp_path)
     resumed = named_agent(counting_env(), tmp_path)
     resumed.load(newest_checkpoint(str(tmp_path)))
     assert resumed.timestep == 2 * INTERVAL
@@ -91,14 +98,7 @@ def test_a_new_trainer_that_goes_on_after_an_evaluation_does_not_repeat_it(tmp_p
 
 
 def test_a_run_cut_short_during_its_last_evaluation_gets_that_point_with_no_step_left(tmp_path):
-    env = counting_env()
-    agent = named_agent(env, tmp_path)
-    trainer_for(agent, env, 2 * INTERVAL).train()
-    curve = os.path.join(agent.experiment_dir, "evaluations.jsonl")
-    with open(curve) as file:
-        lines = file.readlines()
-    with open(curve, "w") as file:
-        file.writelines(lines[:-1])
+    env, _ = cut_short_during_its_evaluation_at_step_8(tmp_path)
     resumed = named_agent(counting_env(), tmp_path)
     resumed.load(newest_checkpoint(str(tmp_path)))
     trainer_for(resumed, env, 0).train()  # the budget is spent: only the missing evaluation is left

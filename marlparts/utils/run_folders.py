@@ -90,16 +90,13 @@ def checkpoint_to_resume(directory: str, settings: Mapping[str, Any]) -> Optiona
         raise ValueError(f"cannot read the run settings {path}: {error}") from error
     if recorded is not None and not isinstance(recorded, dict):
         raise ValueError(f"the run settings {path} hold a {type(recorded).__name__}, not a JSON object")
+    if checkpoint is None:  # nothing to go on from (any earlier run left no checkpoint): a fresh start, recorded
+        write_json_atomically(wanted, path)
+        return None
     if recorded is None:
-        if checkpoint is not None:
-            raise ValueError(f"{directory} holds checkpoints ({checkpoint}) of a run whose settings were not recorded: "
-                             "to go on from one, load it by name; else give this run a directory of its own")
-        write_json_atomically(wanted, path)
-        return None
+        raise ValueError(f"{directory} holds checkpoints ({checkpoint}) of a run whose settings were not recorded: "
+                         "to go on from one, load it by name; else give this run a directory of its own")
     differences = sorted(key for key in set(recorded) | set(wanted) if recorded.get(key) != wanted.get(key))
-    if differences and checkpoint is None:  # the other run left nothing to go on from: this one starts afresh
-        write_json_atomically(wanted, path)
-        return None
     if differences:
         shown = ", ".join(f"{key} {recorded.get(key)!r} there, {wanted.get(key)!r} here" for key in differences)
         raise ValueError(f"{directory} holds a run of other settings ({shown}): give each run a directory of its own")

@@ -148,9 +148,9 @@ class HAPPO(MAPPO):
             return metrics
         for indexes in self.critic_minibatches():
             with self.autocast():
-                losses = self.mean_over_agents([self.value_losses(group, indexes) for group in self.groups])
-            self.optimize(critics, losses["value"])
-            metrics.append({"value": float(losses["value"].detach())})
+                loss = self.critic_loss_alone(indexes)
+            self.optimize(critics, loss)
+            metrics.append({"value": float(loss.detach())})
         return metrics
 
 
