@@ -12,9 +12,17 @@ workloads twice, ``--steps`` vectorized steps of ``--num-envs`` copies:
 
 It prints and writes to ``benchmarks/results/battle_scaling.json`` the milliseconds per env step (all
 copies counted) of each, per agent step, and the training speed as a fraction of env-only stepping.
+
+It also counts the matrix-product work of one more training chunk (PyTorch's flop counter, untimed) and
+times this CPU's product rate on the shape that holds most of it: the first layer's
+``(rows, observation + mean action) @ (.., 64)``, the best of a few row counts. Work divided by that rate
+is the arithmetic's time per env step with no overhead at all; ``env / (env + arithmetic)`` is then the
+most that training in one process on one thread can reach as a fraction of env-only speed, whatever the
+code around the arithmetic does.
 """
 
 import argparse
+import functools
 import json
 import pathlib
 import statistics
@@ -29,6 +37,7 @@ from marlparts.trainers import SequentialTrainer
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "magent2"))
 import battle_mfq_vs_mfac as example  # noqa: E402  (the example's builders, without running its main)
+from throughput import count_flop, matmul_rate  # noqa: E402
 
 
 def env_only(env, steps: int) -> float:
@@ -46,6 +55,12 @@ def training(trainer: SequentialTrainer, steps: int) -> float:
     began = time.perf_counter()
     trainer.train()
     return time.perf_counter() - began
+
+
+def best_first_layer_rate(in_features: int, batch_rows: int) -> float:
+    """FLOP/s of ``(rows, in_features) @ (in_features, 64)``, the best over the acting batch and larger row counts
+    (an optimistic rate, so the arithmetic time it gives is a lower bound)."""
+    return max(matmul_rate(rows, in_features=in_features) for rows in (batch_rows, 4 * batch_rows, 16 * batch_rows))
 
 
 def main() -> None:
@@ -72,16 +87,23 @@ def main() -> None:
             for _ in range(2):  # alternated
                 env_seconds.append(env_only(random_env, args.steps))
                 train_seconds.append(training(trainer, args.steps))
+            flop_per_env_step = count_flop(functools.partial(training, trainer, args.steps)) / (args.steps * num_envs)
+            per_side = len(env.possible_agents) // 2
+            rate = best_first_layer_rate(red.models[red.possible_agents[0]]["q"].num_observations, num_envs * per_side)
             env.close()
             random_env.close()
-        per_side = len(env.possible_agents) // 2
         env_ms = 1000 * statistics.median(env_seconds) / (args.steps * num_envs)
         train_ms = 1000 * statistics.median(train_seconds) / (args.steps * num_envs)
+        arithmetic_ms = 1000 * flop_per_env_step / rate
         results.append({"map_size": map_size, "agents_per_side": per_side, "num_envs": num_envs,
                         "env_only_ms_per_env_step": round(env_ms, 3), "training_ms_per_env_step": round(train_ms, 3),
                         "env_only_us_per_agent_step": round(1000 * env_ms / (2 * per_side), 2),
                         "training_us_per_agent_step": round(1000 * train_ms / (2 * per_side), 2),
-                        "training_fraction_of_env_only_speed": round(env_ms / train_ms, 3)})
+                        "training_fraction_of_env_only_speed": round(env_ms / train_ms, 3),
+                        "training_mflop_per_env_step": round(flop_per_env_step / 1e6, 2),
+                        "first_layer_gflop_per_s": round(rate / 1e9, 1),
+                        "arithmetic_ms_per_env_step": round(arithmetic_ms, 3),
+                        "fraction_bound_without_overhead": round(env_ms / (env_ms + arithmetic_ms), 3)})
         print(json.dumps(results[-1]), flush=True)
     output = pathlib.Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)

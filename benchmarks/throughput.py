@@ -123,15 +123,17 @@ def count_flop(function: Callable[[], None]) -> float:
     return float(counter.get_total_flops())
 
 
-def matmul_rate(rows: int, repeats: int = 50) -> float:
-    """FLOP/s of a ``(rows, 64) @ (64, 64)`` product, the shape of a hidden layer of the examples."""
-    inputs, weight, output = torch.randn(rows, 64), torch.randn(64, 64), torch.empty(rows, 64)
+def matmul_rate(rows: int, repeats: int = 50, *, in_features: int = 64, out_features: int = 64) -> float:
+    """FLOP/s of a ``(rows, in_features) @ (in_features, out_features)`` product; by default the shape of a
+    hidden layer of the examples."""
+    inputs, weight = torch.randn(rows, in_features), torch.randn(in_features, out_features)
+    output = torch.empty(rows, out_features)
     for _ in range(5):
         torch.mm(inputs, weight, out=output)
     start = time.perf_counter()
     for _ in range(repeats):
         torch.mm(inputs, weight, out=output)
-    return 2 * rows * 64 * 64 * repeats / (time.perf_counter() - start)
+    return 2 * rows * in_features * out_features * repeats / (time.perf_counter() - start)
 
 
 def interleaved(first: Callable[[int], None], second: Callable[[int], None], chunk: int, rounds: int) -> Tuple[float, float]:
