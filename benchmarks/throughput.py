@@ -23,7 +23,10 @@ Figures (env steps per second; one env step = one joint step of one env copy):
    of 125, 10 epochs x 4 minibatches) stacked against one model at a time (``cfg["stack_models"]``
    off); each beside env-only stepping of the same copies;
 6. MAPPO training on VMAS balance with the example's settings, against env-only stepping of the
-   same copies (random actions), at 512 and 4096 copies (``--vmas-copies``).
+   same copies (random actions), at 512 and 4096 copies (``--vmas-copies``); with the matrix-product work
+   of one rollout and its update (PyTorch's flop counter) and the bound it sets: env / (env + that work at
+   the best rate of a hidden layer's product), the most training on one thread could reach with no
+   overhead at all.
 
 This machine's speed drifts by tens of percent from minute to minute, so two rates are never
 timed far apart: each comparison alternates short chunks of the two workloads (A B B A ...)
@@ -32,6 +35,7 @@ Results go to benchmarks/results/throughput.json.
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -264,13 +268,23 @@ def vmas_figures(args, report) -> None:
 
         rollout = agent.cfg["rollouts"]
         chunk = max(rollout, args.chunk // rollout * rollout)
+        train(rollout)  # warm-up: one whole rollout and its update, then its work counted on the next
+        flop_per_env_step = count_flop(functools.partial(train, rollout)) / (rollout * num_envs)
         train_seconds, env_seconds = interleaved(train, env_only, chunk, args.rounds)
         report(f"vmas_balance_{num_envs}_copies_training_steps_per_s", num_envs / train_seconds,
                f"VMAS balance, {num_envs} copies, MAPPO training: {{:8.0f}} env steps/s")
         report(f"vmas_balance_{num_envs}_copies_env_only_steps_per_s", num_envs / env_seconds,
                "  env-only beside it (random actions):   {:8.0f} env steps/s")
         report(f"vmas_balance_{num_envs}_copies_training_over_env_only", env_seconds / train_seconds,
-               "  ratio to env-only:                      {:8.1%} (bar >= 50% at 512 copies)")
+               "  ratio to env-only:                      {:8.1%} (bar >= 65% at 512 copies)")
+        # the bound the matrix products alone set: their work at the best rate of a hidden layer's product
+        rows = len(agent.possible_agents) * num_envs * rollout // agent.cfg["mini_batches"]
+        arithmetic_seconds = flop_per_env_step / max(matmul_rate(rows // 4), matmul_rate(rows)) * num_envs
+        report(f"vmas_balance_{num_envs}_copies_mflop_per_env_step", flop_per_env_step / 1e6,
+               "  matrix products per env step:           {:8.3f} MFLOP")
+        report(f"vmas_balance_{num_envs}_copies_bound_without_overhead",
+               env_seconds / (env_seconds + arithmetic_seconds),
+               "  env / (env + matrix products alone):    {:8.1%} (the most one thread can reach)")
 
 
 def vmas_reset_figures(args, report) -> None:
