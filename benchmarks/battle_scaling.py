@@ -37,7 +37,7 @@ from marlparts.trainers import SequentialTrainer
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples" / "magent2"))
 import battle_mfq_vs_mfac as example  # noqa: E402  (the example's builders, without running its main)
-from throughput import count_flop, matmul_rate  # noqa: E402
+from throughput import best_matmul_rate, count_flop  # noqa: E402
 
 
 def env_only(env, steps: int) -> float:
@@ -55,12 +55,6 @@ def training(trainer: SequentialTrainer, steps: int) -> float:
     began = time.perf_counter()
     trainer.train()
     return time.perf_counter() - began
-
-
-def best_first_layer_rate(in_features: int, batch_rows: int) -> float:
-    """FLOP/s of ``(rows, in_features) @ (in_features, 64)``, the best over the acting batch and larger row counts
-    (an optimistic rate, so the arithmetic time it gives is a lower bound)."""
-    return max(matmul_rate(rows, in_features=in_features) for rows in (batch_rows, 4 * batch_rows, 16 * batch_rows))
 
 
 def main() -> None:
@@ -89,7 +83,9 @@ def main() -> None:
                 train_seconds.append(training(trainer, args.steps))
             flop_per_env_step = count_flop(functools.partial(training, trainer, args.steps)) / (args.steps * num_envs)
             per_side = len(env.possible_agents) // 2
-            rate = best_first_layer_rate(red.models[red.possible_agents[0]]["q"].num_observations, num_envs * per_side)
+            acting_rows = num_envs * per_side  # the first layer's rows when a team acts, then larger batches
+            rate = best_matmul_rate((acting_rows, 4 * acting_rows, 16 * acting_rows),
+                                    in_features=red.models[red.possible_agents[0]]["q"].num_observations)
             env.close()
             random_env.close()
         env_ms = 1000 * statistics.median(env_seconds) / (args.steps * num_envs)
