@@ -125,7 +125,7 @@ def test_the_report_is_marl_eval_s_layout_with_rliable_intervals_figures_and_a_r
     assert rows[("easy", "A", "greedy")]["max_of_mean"] == pytest.approx(5.0)
 
     statistics = summary["environments"]["toy"]["sampled"]
-    assert statistics["tasks"] == ["easy", "hard"] and statistics["runs"] == 3
+    assert statistics["tasks"] == ["easy", "hard"] and statistics["runs"] == {"A": 3, "B": 3}
     for algorithm in ("A", "B"):
         for name in ("IQM", "Mean", "Median", "Optimality gap"):
             figures = statistics["aggregates"][algorithm][name]
@@ -272,3 +272,76 @@ def test_epymarl_code_runs_are_read_from_sacred_folders_beside_the_grid_s_runs(t
     assert abs(theirs["average"] - 0.4) < 1e-12
     (mine,) = entry["marlparts"]
     assert mine["maximum"] == 0.9 and abs(mine["average"] - 0.6) < 1e-12
+
+
+def test_a_run_with_fewer_evaluations_is_not_cut_to_the_shortest():
+    """Three evaluations against five: the mean curve would describe a shorter run than the others silently."""
+    def run(evaluations):
+        return {f"step_{i}": {"step_count": 100 * i, "episode_return": [float(i)]} for i in range(evaluations)}
+    data = {"toy": {"task": {"A": {"run_0": run(3), "run_1": run(5), "run_2": run(5)}}}}
+    with pytest.raises(ValueError, match=r"run_0: 3 evaluations to 200 env steps, run_1: 5 evaluations to 400"):
+        learning_curves(data, "toy", "task", "A")
+
+
+def test_the_report_leaves_out_runs_that_do_not_match_says_why_and_keeps_the_rest(tmp_path):
+    """A task whose runs were evaluated on other schedules is left out of the table and the statistics, with its
+    reason, and the other tasks are reported; the steps column is the curve's own last step."""
+    pytest.importorskip("rliable")
+    curves = {}
+    for seed in range(2):
+        curves[("good", "A", seed)] = [(0.0, 0.0), (2.0, 1.0), (4.0 + seed, 2.0)]
+        curves[("good", "B", seed)] = [(0.0, 0.0), (1.0, 1.0), (2.0 + seed, 1.0)]
+        curves[("mixed", "B", seed)] = [(0.0, 0.0), (1.0, 1.0), (2.0, 1.0)]
+    curves[("mixed", "A", 0)] = [(0.0, 0.0), (2.0, 1.0), (4.0, 2.0)]
+    curves[("mixed", "A", 1)] = [(0.0, 0.0), (2.0, 1.0), (4.0, 2.0), (5.0, 2.0), (6.0, 2.0)]  # a longer run
+    write_results(tmp_path, curves)
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps({"source": "a test", "statistics": {"max_of_mean": {"toy": {}}}}))
+    summary = write_report(str(tmp_path), reference=str(reference), repetitions=50, figures=False)
+
+    rows = {(row["task"], row["algorithm"], row["actions"]) for row in summary["tasks"]}
+    assert ("good", "A", "sampled") in rows and ("mixed", "B", "sampled") in rows
+    assert ("mixed", "A", "sampled") not in rows and ("mixed", "A", "greedy") not in rows
+    (left_out,) = [entry for entry in summary["left_out"] if entry["task"] == "mixed" and entry["actions"] == "sampled"]
+    assert left_out["algorithm"] == "A" and "2 evaluations to 200 env steps" not in left_out["reason"]
+    assert "3 evaluations to 200 env steps" in left_out["reason"] and "5 evaluations to 400" in left_out["reason"]
+    assert summary["environments"]["toy"]["sampled"]["tasks"] == ["good"]  # "mixed" has no comparable A
+    table = (tmp_path / "report" / "comparison.md").read_text()
+    assert "| toy | good | A | 2 | 200 / ? |" in table and "| toy | mixed | A |" not in table
+
+
+def test_scores_are_normalised_by_every_episode_of_the_task_and_a_constant_task_is_left_out(tmp_path):
+    """marl-eval's normalisation: each task by the lowest and highest episode return of every evaluation of every
+    run compared, so that one algorithm's runs are not scored 0 and 1 among themselves; a task on which every
+    episode returned the same cannot be normalised and is left out of the aggregates, not scored 1."""
+    pytest.importorskip("rliable")
+    from marlparts.benchmark.statistics import normalised_scores
+
+    def run(finals):
+        return {f"step_{i}": {"step_count": 100 * i, "episode_return": values} for i, values in enumerate(finals)}
+    data = {"toy": {
+        "spread": {"A": {"run_0": run([[0.0, 2.0], [90.0, 110.0]]), "run_1": run([[0.0, 0.0], [98.0, 104.0]])}},
+        "dead": {"A": {"run_0": run([[0.0, 0.0], [0.0, 0.0]]), "run_1": run([[0.0, 0.0], [0.0, 0.0]])}}}}
+    comparison = normalised_scores(data, "toy")
+    assert comparison.tasks == ["spread"] and comparison.algorithms == ["A"]
+    assert comparison.scores["A"][:, 0] == pytest.approx([100.0 / 110.0, 101.0 / 110.0])
+    assert comparison.left_out == [{"task": "dead", "reason": "every episode of every run returned 0 (the lowest "
+                                                              "return is the highest): it cannot be normalised"}]
+
+
+def test_an_algorithm_that_ran_few_tasks_does_not_shrink_the_others_aggregates():
+    """Aggregates compare the set of tasks and algorithms with the most (algorithm, task) pairs; an algorithm that
+    lacks some of those tasks is left out of them, named, and each algorithm keeps all its runs."""
+    pytest.importorskip("rliable")
+    from marlparts.benchmark.statistics import normalised_scores
+
+    def runs(count, level):
+        return {f"run_{seed}": {"step_0": {"step_count": 0, "episode_return": [0.0]},
+                                "step_1": {"step_count": 100, "episode_return": [level + seed]}}
+                for seed in range(count)}
+    data = {"toy": {task: {"A": runs(3, 5.0), "B": runs(2, 1.0)} for task in ("t1", "t2", "t3")}}
+    data["toy"]["t1"]["Z"] = runs(1, 9.0)
+    comparison = normalised_scores(data, "toy")
+    assert comparison.tasks == ["t1", "t2", "t3"] and comparison.algorithms == ["A", "B"]
+    assert comparison.scores["A"].shape == (3, 3) and comparison.scores["B"].shape == (2, 3)
+    assert comparison.left_out == [{"algorithm": "Z", "reason": "it has not run t2, t3"}]

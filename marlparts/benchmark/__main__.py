@@ -13,7 +13,7 @@ import argparse
 import fnmatch
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from marlparts.benchmark.grid import Grid
 from marlparts.benchmark.report import write_report
@@ -43,6 +43,18 @@ def parse_arguments(arguments: Optional[List[str]] = None) -> argparse.Namespace
     return parser.parse_args(arguments)
 
 
+def left_out_lines(summary: Dict[str, Any]) -> List[str]:
+    """What a report's table and statistics left out, one line each with its reason."""
+    lines = [f"{entry['environment']}/{entry['task']}/{entry['algorithm']} ({entry['actions']} actions): "
+             f"{entry['reason']}" for entry in summary["left_out"]]
+    for environment, per_actions in summary["environments"].items():
+        for actions, statistics in per_actions.items():
+            for entry in statistics["left_out"]:
+                what = "/".join(entry[key] for key in ("task", "algorithm") if key in entry)
+                lines.append(f"{environment} aggregates ({actions} actions), {what}: {entry['reason']}")
+    return lines
+
+
 def main(arguments: Optional[List[str]] = None) -> int:
     """Run the command; the exit status is 1 where a run failed or was stopped."""
     args = parse_arguments(arguments)
@@ -50,6 +62,8 @@ def main(arguments: Optional[List[str]] = None) -> int:
         summary = write_report(args.out, reference=args.reference, repetitions=args.repetitions,
                                figures=not args.no_figures)
         print(f"report written to {os.path.join(args.out, 'report')}: {', '.join(summary['files'])}")
+        for entry in left_out_lines(summary):
+            print(f"left out: {entry}")
         return 0
     grid = Grid.from_file(args.grid)
     if args.command == "status":

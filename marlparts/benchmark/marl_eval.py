@@ -13,7 +13,7 @@ its agents where the task's reward is the team's). ``absolute_metrics`` holds th
 episodes. ``step_<i>`` counts the evaluations from 0 (the one before training).
 """
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -47,26 +47,38 @@ def _step_index(key: str) -> int:
 def learning_curves(data: Mapping[str, Any], environment: str, task: str, algorithm: str,
                     metric: str = "episode_return") -> Dict[str, np.ndarray]:
     """The runs of one algorithm on one task, read from marl-eval's layout: ``"steps"`` ``(evaluations,)`` and
-    ``"returns"`` ``(runs, evaluations)``, each run's mean return of ``metric`` at each evaluation. Runs with
-    fewer evaluations than the others cut every run to the shortest.
+    ``"returns"`` ``(runs, evaluations)``, each run's mean return of ``metric`` at each evaluation.
 
     Raises:
         KeyError: a run has no ``metric``.
-        ValueError: the runs were evaluated at different step counts, naming them.
+        ValueError: the runs were evaluated at different step counts (or a different number of times), naming
+            each run's schedule: their mean curve would mix evaluations of different steps or drop some.
     """
     runs = data[environment][task][algorithm]
     curves: List[List[float]] = []
-    steps: Dict[str, List[int]] = {}
+    schedules: Dict[str, Tuple[int, ...]] = {}
     for name in sorted(runs, key=_step_index):
         keys = sorted((key for key in runs[name] if key.startswith("step_")), key=_step_index)
         if metric not in runs[name][keys[0]]:
             raise KeyError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} (it has "
                            f"{sorted(runs[name][keys[0]])})")
         curves.append([float(np.mean(runs[name][key][metric])) for key in keys])
-        steps[name] = [int(runs[name][key]["step_count"]) for key in keys]
-    length = min(len(curve) for curve in curves)
-    counts = {name: tuple(run_steps[:length]) for name, run_steps in steps.items()}
-    if len(set(counts.values())) > 1:
+        schedules[name] = tuple(int(runs[name][key]["step_count"]) for key in keys)
+    if len(set(schedules.values())) > 1:
         raise ValueError(f"the runs of {algorithm} on {environment}/{task} were evaluated at different env steps "
-                         f"({counts}): their mean curve would mix points of different steps")
-    return {"steps": np.asarray(next(iter(counts.values()))), "returns": np.asarray([curve[:length] for curve in curves])}
+                         f"({describe_schedules(schedules)}): their mean curve would mix or drop evaluations")
+    return {"steps": np.asarray(next(iter(schedules.values()))), "returns": np.asarray(curves)}
+
+
+def describe_schedules(schedules: Mapping[str, Sequence[int]]) -> str:
+    """The evaluation schedules of runs in a few words: each run's number of evaluations and last step, and where
+    those agree, the first evaluation whose step differs.
+    """
+    summaries = {name: f"{len(steps)} evaluations to {steps[-1] if steps else 0} env steps"
+                 for name, steps in schedules.items()}
+    text = ", ".join(f"{name}: {summary}" for name, summary in summaries.items())
+    if len(set(summaries.values())) == 1:
+        steps = list(schedules.values())
+        first = next(index for index in range(len(steps[0])) if len({run[index] for run in steps}) > 1)
+        text += f"; at evaluation {first}: " + ", ".join(f"{name} {run[first]}" for name, run in schedules.items())
+    return text

@@ -6,8 +6,10 @@ Written to ``<grid folder>/report/``:
 - ``marl_eval.json``: every finished run's learning curve in marl-eval's layout
   (:mod:`marlparts.benchmark.marl_eval`), readable by marl-eval's own tools;
 - ``summary.json``: per task and algorithm the figures of :func:`~marlparts.benchmark.statistics.task_figures`
-  (sampled and greedy actions), per environment family the aggregates and probabilities of
-  improvement (rliable), and the comparison with the reference where one is given;
+  (sampled and greedy actions), and under ``left_out`` the runs that could not be set together (evaluated on
+  different schedules) with the reason; per environment family the aggregates and probabilities of
+  improvement (rliable), with what they leave out and why; and the comparison with the reference where one
+  is given;
 - ``curves_<environment>.png``, ``aggregates_<environment>.png``, ``improvement_<environment>.png``;
 - ``comparison.md``: the reference's table beside ours, where a reference is given.
 """
@@ -42,14 +44,15 @@ def write_report(out: str, *, reference: Optional[str] = None, repetitions: int 
     folder = os.path.join(out, "report")
     data = to_marl_eval(results)
     write_json_atomically(data, os.path.join(folder, "marl_eval.json"))
-    rows = per_task_table(data)
-    summary: Dict[str, Any] = {"tasks": rows, "environments": environment_statistics(data, repetitions=repetitions),
+    rows, left_out = per_task_table(data)
+    summary: Dict[str, Any] = {"tasks": rows, "left_out": left_out,
+                               "environments": environment_statistics(data, repetitions=repetitions),
                                "files": ["marl_eval.json", "summary.json"]}
     table = load_reference(reference) if reference else None
     if table is not None:
         summary["reference"] = {"source": table.get("source"), "comparison": comparison_rows(rows, table)}
-        steps = {(result["environment"], result["task"], result["algorithm"]): result["evaluations"][-1]["env_steps"]
-                 for result in results}
+        steps = {(row["environment"], row["task"], row["algorithm"]): row["env_steps"] for row in rows
+                 if row["actions"] == "sampled"}
         with open(os.path.join(folder, "comparison.md"), "w") as file:
             file.write(comparison_markdown(summary["reference"]["comparison"], table, steps))
         summary["files"].append("comparison.md")

@@ -3,12 +3,18 @@
 Per task: the figures EPyMARL's tables report (the best point of the mean learning curve over
 seeds, and the mean of that curve over all evaluations) beside the final evaluation's. Over the
 tasks of one environment family: IQM, mean, median and optimality gap of the final sampled returns,
-min-max normalised per task over every run of every algorithm (marl-eval's normalisation), with
-95 % stratified bootstrap confidence intervals; and the probability that one algorithm improves on
-another. Sample-efficiency curves: the mean over runs at each evaluation with its bootstrap interval.
+each task min-max normalised by the lowest and highest episode return of every evaluation of every run
+compared (marl-eval's normalisation), with 95 % stratified bootstrap confidence intervals; and the
+probability that one algorithm improves on another. Sample-efficiency curves: the mean over runs at
+each evaluation with its bootstrap interval.
+
+Nothing is dropped silently: runs of one task and algorithm that were evaluated on different schedules,
+algorithms left out of an environment's aggregates for lack of some of its tasks, and tasks that cannot be
+normalised are each listed with the reason.
 """
 
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+import dataclasses
+from typing import Any, Dict, List, Mapping, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -29,21 +35,24 @@ def task_figures(curves: Mapping[str, np.ndarray]) -> Dict[str, float]:
     """A task's figures from one algorithm's ``curves`` (:func:`~marlparts.benchmark.marl_eval.learning_curves`):
     ``max_of_mean`` (EPyMARL's "maximum return": the best point of the mean curve over runs), ``mean_of_mean``
     (EPyMARL's "average return": that curve's mean over the evaluations), ``final`` (the mean over runs of the
-    last evaluation) with its ``final_min`` and ``final_max`` over runs, and ``runs``.
+    last evaluation) with its ``final_min`` and ``final_max`` over runs, ``runs``, and ``env_steps`` (the step
+    of the last evaluation).
     """
     returns = curves["returns"]
     mean_curve = returns.mean(axis=0)
-    return {"max_of_mean": float(mean_curve.max()), "max_at_step": int(curves["steps"][int(mean_curve.argmax())]),
+    return {"env_steps": int(curves["steps"][-1]),
+            "max_of_mean": float(mean_curve.max()), "max_at_step": int(curves["steps"][int(mean_curve.argmax())]),
             "mean_of_mean": float(mean_curve.mean()), "final": float(returns[:, -1].mean()),
             "final_min": float(returns[:, -1].min()), "final_max": float(returns[:, -1].max()),
             "runs": int(returns.shape[0])}
 
 
-def per_task_table(data: Mapping[str, Any]) -> List[Dict[str, Any]]:
+def per_task_table(data: Mapping[str, Any]) -> Tuple[List[Dict[str, Any]], List[Dict[str, str]]]:
     """One row per environment, task, algorithm and kind of action (``"sampled"``, ``"greedy"``) of marl-eval's
-    ``data``, with :func:`task_figures`.
+    ``data``, with :func:`task_figures`; and the runs left out, each ``{"environment", "task", "algorithm",
+    "actions", "reason"}``: those whose runs were evaluated on different schedules.
     """
-    rows = []
+    rows, left_out = [], []
     for environment, tasks in data.items():
         for task, algorithms in tasks.items():
             for algorithm in algorithms:
@@ -52,33 +61,104 @@ def per_task_table(data: Mapping[str, Any]) -> List[Dict[str, Any]]:
                         curves = learning_curves(data, environment, task, algorithm, metric)
                     except KeyError:
                         continue  # this grid did not evaluate with these actions
+                    except ValueError as error:
+                        left_out.append({"environment": environment, "task": task, "algorithm": algorithm,
+                                         "actions": actions, "reason": str(error)})
+                        continue
                     rows.append({"environment": environment, "task": task, "algorithm": algorithm, "actions": actions,
                                  **task_figures(curves)})
-    return rows
+    return rows, left_out
 
 
-def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "episode_return"
-                      ) -> Tuple[Dict[str, np.ndarray], List[str]]:
-    """Final returns of ``metric`` as ``{algorithm: (runs, tasks)}``, each task min-max normalised over every run of
-    every algorithm, over the tasks that every algorithm of ``environment`` ran (and with as many runs on each,
-    the fewest kept), and those tasks' names.
+@dataclasses.dataclass
+class Comparison:
+    """The final returns of an environment family's algorithms across its tasks, as rliable takes them.
+
+    Attributes:
+        algorithms: the algorithms compared.
+        tasks: the tasks they are compared on (every one of them ran each).
+        scores: per algorithm, ``(runs, tasks)`` final returns, normalised per task; each algorithm keeps as many
+            runs as it has on its task with the fewest.
+        left_out: what was not compared, each with a ``"reason"``: an ``"algorithm"`` that lacks some of the
+            tasks, a ``"task"`` that cannot be normalised, or a ``"task"`` and ``"algorithm"`` whose runs could
+            not be read together.
+    """
+
+    algorithms: List[str]
+    tasks: List[str]
+    scores: Dict[str, np.ndarray]
+    left_out: List[Dict[str, str]]
+
+
+def _widest_comparison(available: Mapping[str, Set[str]]) -> Tuple[List[str], List[str]]:
+    """Among the task sets that some algorithm ran, the one with the most (algorithm, task) pairs over the
+    algorithms that ran all of it (ties: more algorithms, then more tasks): its algorithms and tasks.
+    """
+    best: Tuple[Tuple[int, ...], List[str], List[str]] = ((0, 0, 0), [], [])
+    for tasks in sorted({frozenset(tasks) for tasks in available.values() if tasks}, key=sorted):
+        covering = sorted(algorithm for algorithm, ran in available.items() if tasks <= ran)
+        rank = (len(covering) * len(tasks), len(covering), len(tasks))
+        if rank > best[0]:
+            best = (rank, covering, sorted(tasks))
+    return best[1], best[2]
+
+
+def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "episode_return") -> Comparison:
+    """The :class:`Comparison` of ``environment``'s final returns of ``metric``.
+
+    The tasks and algorithms compared are those with the most (algorithm, task) pairs (one algorithm that ran a
+    single task does not shrink the others' comparison to that task); each task is min-max normalised by the
+    lowest and highest episode return of every evaluation of every compared run (marl-eval's normalisation:
+    one algorithm's runs are not scored 0 and 1 among themselves), and a task on which every episode returned
+    the same is left out.
+
+    Raises:
+        KeyError: no run of ``environment`` has ``metric``.
     """
     tasks = data[environment]
-    algorithms = sorted({algorithm for per_task in tasks.values() for algorithm in per_task})
-    common = sorted(task for task, per_task in tasks.items() if all(algorithm in per_task for algorithm in algorithms))
-    finals = {algorithm: [learning_curves(data, environment, task, algorithm, metric)["returns"][:, -1]
-                          for task in common] for algorithm in algorithms}
-    runs = min(len(values) for per_task in finals.values() for values in per_task) if common else 0
+    available: Dict[str, Set[str]] = {}
+    curves: Dict[Tuple[str, str], Dict[str, np.ndarray]] = {}
+    left_out: List[Dict[str, str]] = []
+    missing_metric = None
+    for task, per_task in sorted(tasks.items()):
+        for algorithm in sorted(per_task):
+            available.setdefault(algorithm, set())
+            try:
+                curves[task, algorithm] = learning_curves(data, environment, task, algorithm, metric)
+            except KeyError as error:
+                missing_metric = error
+                continue
+            except ValueError as error:
+                left_out.append({"task": task, "algorithm": algorithm, "reason": str(error)})
+                continue
+            available[algorithm].add(task)
+    if not curves and missing_metric is not None:
+        raise missing_metric
+    algorithms, compared = _widest_comparison(available)
+    for algorithm in sorted(set(available) - set(algorithms)):
+        missing = sorted(set(compared) - available[algorithm])
+        left_out.append({"algorithm": algorithm, "reason": f"it has not run {', '.join(missing)}"})
+    normalisable = []
+    bounds = {}
+    for task in compared:
+        episodes = np.concatenate([np.asarray(step[metric], dtype=float).ravel()
+                                   for algorithm in algorithms for run in tasks[task][algorithm].values()
+                                   for key, step in run.items() if key.startswith("step_")])
+        low, high = float(episodes.min()), float(episodes.max())
+        if high > low:
+            normalisable.append(task)
+            bounds[task] = (low, high)
+        else:
+            left_out.append({"task": task, "reason": f"every episode of every run returned {low:g} (the lowest "
+                                                     "return is the highest): it cannot be normalised"})
     scores = {}
-    for algorithm in algorithms:
-        scores[algorithm] = np.stack([values[:runs] for values in finals[algorithm]], axis=1) if common else \
-            np.zeros((0, 0))
-    for column in range(len(common)):
-        everything = np.concatenate([scores[algorithm][:, column] for algorithm in algorithms])
-        low, high = everything.min(), everything.max()
-        for algorithm in algorithms:
-            scores[algorithm][:, column] = (scores[algorithm][:, column] - low) / (high - low) if high > low else 1.0
-    return scores, common
+    for algorithm in algorithms if normalisable else []:
+        finals = [curves[task, algorithm]["returns"][:, -1] for task in normalisable]
+        runs = min(len(values) for values in finals)
+        scores[algorithm] = np.stack([(values[:runs] - bounds[task][0]) / (bounds[task][1] - bounds[task][0])
+                                      for task, values in zip(normalisable, finals)], axis=1)
+    return Comparison(algorithms=algorithms if normalisable else [], tasks=normalisable, scores=scores,
+                      left_out=left_out)
 
 
 def aggregate_scores(scores: Mapping[str, np.ndarray], *, repetitions: int = 2000, seed: int = 0
@@ -131,22 +211,25 @@ def curve_intervals(returns: np.ndarray, *, repetitions: int = 1000, seed: int =
 
 
 def environment_statistics(data: Mapping[str, Any], *, repetitions: int = 2000) -> Dict[str, Any]:
-    """Per environment family: the tasks compared, the aggregates and the probabilities of improvement of the
-    final sampled returns (greedy ones too where evaluated).
+    """Per environment family: the tasks and algorithms compared (:func:`normalised_scores`), each algorithm's
+    runs, what was left out and why, and the aggregates and probabilities of improvement of the final sampled
+    returns (greedy ones too where evaluated).
     """
     statistics: Dict[str, Any] = {}
     for environment in data:
         for actions, metric in METRICS.items():
             try:
-                scores, tasks = normalised_scores(data, environment, metric)
+                comparison = normalised_scores(data, environment, metric)
             except KeyError:
                 continue
-            if not tasks:
+            if not comparison.tasks:
                 continue
             statistics.setdefault(environment, {})[actions] = {
-                "tasks": tasks, "runs": int(next(iter(scores.values())).shape[0]),
-                "aggregates": aggregate_scores(scores, repetitions=repetitions),
-                "probability_of_improvement": probability_of_improvement(scores, repetitions=repetitions)}
+                "tasks": comparison.tasks, "algorithms": comparison.algorithms,
+                "runs": {algorithm: int(scores.shape[0]) for algorithm, scores in comparison.scores.items()},
+                "left_out": comparison.left_out,
+                "aggregates": aggregate_scores(comparison.scores, repetitions=repetitions),
+                "probability_of_improvement": probability_of_improvement(comparison.scores, repetitions=repetitions)}
     return statistics
 
 
@@ -157,7 +240,7 @@ def mean_curves(data: Mapping[str, Any], environment: str, task: str, algorithms
     for algorithm in algorithms:
         try:
             runs = learning_curves(data, environment, task, algorithm, metric)
-        except KeyError:
+        except (KeyError, ValueError):  # not evaluated so, or runs on different schedules (the report lists them)
             continue
         mean, interval = curve_intervals(runs["returns"])
         curves[algorithm] = {"steps": runs["steps"], "mean": mean, "interval": interval}
