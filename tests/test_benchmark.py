@@ -345,3 +345,17 @@ def test_an_algorithm_that_ran_few_tasks_does_not_shrink_the_others_aggregates()
     assert comparison.tasks == ["t1", "t2", "t3"] and comparison.algorithms == ["A", "B"]
     assert comparison.scores["A"].shape == (3, 3) and comparison.scores["B"].shape == (2, 3)
     assert comparison.left_out == [{"algorithm": "Z", "reason": "it has not run t2, t3"}]
+
+
+@pytest.mark.parametrize("later_step, message", [({"step_count": 100}, r"run_1 has no 'episode_return' at step_1"),
+                                                 ({"step_count": 100, "episode_return": []},
+                                                  r"run_1 has no episodes of 'episode_return' at step_1")])
+def test_a_run_whose_later_evaluation_lacks_the_metric_is_a_clear_error_not_a_missing_kind(later_step, message):
+    """A run evaluated with these actions at first but not at a later evaluation (or with no episodes there) is
+    named, not taken for a grid that never evaluated so (which the report skips quietly) nor averaged to NaN."""
+    def run(second):
+        return {"step_0": {"step_count": 0, "episode_return": [1.0]}, "step_1": second}
+    data = {"toy": {"task": {"A": {"run_0": run({"step_count": 100, "episode_return": [2.0]}),
+                                   "run_1": run(later_step)}}}}
+    with pytest.raises(ValueError, match=message):
+        learning_curves(data, "toy", "task", "A")

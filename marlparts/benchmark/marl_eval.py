@@ -50,8 +50,9 @@ def learning_curves(data: Mapping[str, Any], environment: str, task: str, algori
     ``"returns"`` ``(runs, evaluations)``, each run's mean return of ``metric`` at each evaluation.
 
     Raises:
-        KeyError: a run has no ``metric``.
-        ValueError: the runs were evaluated at different step counts (or a different number of times), naming
+        KeyError: a run has no ``metric`` (at its first evaluation: the runs were not evaluated so).
+        ValueError: a run has ``metric`` at its first evaluation but not at a later one, or an evaluation with
+            no episodes; or the runs were evaluated at different step counts (or a different number of times), naming
             each run's schedule: their mean curve would mix evaluations of different steps or drop some.
     """
     runs = data[environment][task][algorithm]
@@ -62,6 +63,13 @@ def learning_curves(data: Mapping[str, Any], environment: str, task: str, algori
         if metric not in runs[name][keys[0]]:
             raise KeyError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} (it has "
                            f"{sorted(runs[name][keys[0]])})")
+        for key in keys[1:]:
+            if metric not in runs[name][key]:
+                raise ValueError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} at {key}, where its "
+                                 f"{keys[0]} has it: its curve has a gap")
+        for key in keys:
+            if len(runs[name][key][metric]) == 0:
+                raise ValueError(f"{environment}/{task}/{algorithm}/{name} has no episodes of {metric!r} at {key}")
         curves.append([float(np.mean(runs[name][key][metric])) for key in keys])
         schedules[name] = tuple(int(runs[name][key]["step_count"]) for key in keys)
     if len(set(schedules.values())) > 1:
