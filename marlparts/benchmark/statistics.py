@@ -135,7 +135,7 @@ def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "
     if not curves and missing_metric is not None:
         raise missing_metric
     algorithms, compared = _widest_comparison(available)
-    for algorithm in sorted(set(available) - set(algorithms)):
+    for algorithm in sorted(set(available) - set(algorithms)) if compared else []:
         missing = sorted(set(compared) - available[algorithm])
         left_out.append({"algorithm": algorithm, "reason": f"it has not run {', '.join(missing)}"})
     normalisable = []
