@@ -359,3 +359,59 @@ def test_a_run_whose_later_evaluation_lacks_the_metric_is_a_clear_error_not_a_mi
                                    "run_1": run(later_step)}}}}
     with pytest.raises(ValueError, match=message):
         learning_curves(data, "toy", "task", "A")
+
+
+def _runs_of(levels, metric="episode_return"):
+    """marl-eval runs, one per final level, evaluated at 0 and 100 env steps."""
+    return {f"run_{seed}": {"step_0": {"step_count": 0, metric: [0.0]}, "step_1": {"step_count": 100, metric: [level]}}
+            for seed, level in enumerate(levels)}
+
+
+@pytest.mark.parametrize("ran, algorithms, tasks", [
+    ({"A": ["t1", "t2", "t3"], "B": ["t1", "t2", "t4"], "C": ["t1", "t5"]}, ["A", "B"], ["t1", "t2"]),
+    ({"A": ["t1", "t2"], "B": ["t1", "t3"]}, ["A", "B"], ["t1"]),  # a tie of pairs: more algorithms
+])
+def test_the_aggregates_compare_the_shared_tasks_with_the_most_algorithm_task_pairs(ran, algorithms, tasks):
+    """The widest comparison is often the tasks some algorithms share, which need not be any one's whole list."""
+    pytest.importorskip("rliable")
+    from marlparts.benchmark.statistics import normalised_scores
+
+    data = {"toy": {}}
+    for algorithm, names in ran.items():
+        for task in names:
+            data["toy"].setdefault(task, {})[algorithm] = _runs_of([1.0, 2.0])
+    comparison = normalised_scores(data, "toy")
+    assert comparison.algorithms == algorithms and comparison.tasks == tasks
+
+
+def test_every_task_algorithm_and_run_the_aggregates_leave_out_is_named_with_its_own_reason():
+    """Tasks outside the comparison, an algorithm not evaluated with these actions (not 'not run'), runs beyond an
+    algorithm's fewest on a task, and a run without the metric among runs with it: each listed."""
+    pytest.importorskip("rliable")
+    from marlparts.benchmark.statistics import normalised_scores
+
+    data = {"toy": {"t1": {"A": _runs_of([1.0, 2.0, 3.0]), "B": _runs_of([1.0, 2.0]), "C": _runs_of([1.0])},
+                    "t2": {"A": _runs_of([1.0, 2.0]), "B": _runs_of([2.0, 3.0]),
+                           "C": _runs_of([1.0], metric="greedy_episode_return")},
+                    "t3": {"A": _runs_of([1.0]), "D": _runs_of([1.0, 2.0])}}}
+    data["toy"]["t3"]["D"]["run_1"]["step_0"] = {"step_count": 0, "greedy_episode_return": [0.0]}
+    data["toy"]["t3"]["D"]["run_1"]["step_1"] = {"step_count": 100, "greedy_episode_return": [0.0]}
+    comparison = normalised_scores(data, "toy")
+    assert comparison.algorithms == ["A", "B"] and comparison.tasks == ["t1", "t2"]
+    reasons = {(entry.get("task"), entry.get("algorithm")): entry["reason"] for entry in comparison.left_out}
+    assert "run_1 has no 'episode_return'" in reasons[("t3", "D")]
+    assert reasons[(None, "C")] == "it was not evaluated with these actions on t2"
+    assert reasons[("t3", None)] == "not every compared algorithm ran it (only A did)"
+    assert reasons[("t1", "A")].startswith("run_2 left out of the aggregates: A has 2 runs on t2")
+    assert reasons[(None, "D")] == "it has not run t1, t2"
+    assert comparison.scores["A"].shape == (2, 2) and len(reasons) == 5
+
+
+def test_an_environment_whose_tasks_cannot_be_normalised_still_says_why():
+    pytest.importorskip("rliable")
+    from marlparts.benchmark.statistics import environment_statistics
+
+    data = {"toy": {"t1": {"A": _runs_of([0.0, 0.0]), "B": _runs_of([0.0])}}}
+    statistics = environment_statistics(data, repetitions=20)["toy"]["sampled"]
+    assert statistics["tasks"] == [] and statistics["aggregates"] == {}
+    assert "cannot be normalised" in statistics["left_out"][0]["reason"]

@@ -46,23 +46,32 @@ def _step_index(key: str) -> int:
 
 def learning_curves(data: Mapping[str, Any], environment: str, task: str, algorithm: str,
                     metric: str = "episode_return") -> Dict[str, np.ndarray]:
-    """The runs of one algorithm on one task, read from marl-eval's layout: ``"steps"`` ``(evaluations,)`` and
-    ``"returns"`` ``(runs, evaluations)``, each run's mean return of ``metric`` at each evaluation.
+    """The runs of one algorithm on one task, read from marl-eval's layout: ``"steps"`` ``(evaluations,)``,
+    ``"returns"`` ``(runs, evaluations)``, each run's mean return of ``metric`` at each evaluation, and ``"runs"``,
+    the runs' names in that order.
 
     Raises:
-        KeyError: a run has no ``metric`` (at its first evaluation: the runs were not evaluated so).
-        ValueError: a run has ``metric`` at its first evaluation but not at a later one, or an evaluation with
+        KeyError: no run has ``metric`` at its first evaluation (the runs were not evaluated so).
+        ValueError: some runs have ``metric`` and others not, a run has it at its first evaluation but not at a
+            later one, or an evaluation with
             no episodes; or the runs were evaluated at different step counts (or a different number of times), naming
             each run's schedule: their mean curve would mix evaluations of different steps or drop some.
     """
     runs = data[environment][task][algorithm]
     curves: List[List[float]] = []
     schedules: Dict[str, Tuple[int, ...]] = {}
-    for name in sorted(runs, key=_step_index):
+    names = sorted(runs, key=_step_index)
+    first_steps = {name: min((key for key in runs[name] if key.startswith("step_")), key=_step_index)
+                   for name in names}
+    lacking = [name for name in names if metric not in runs[name][first_steps[name]]]
+    if len(lacking) == len(names):
+        raise KeyError(f"the runs of {algorithm} on {environment}/{task} have no {metric!r} (they have "
+                       f"{sorted(runs[names[0]][first_steps[names[0]]])})")
+    if lacking:
+        raise ValueError(f"{environment}/{task}/{algorithm}/{', '.join(lacking)} has no {metric!r} where the other "
+                         f"runs have it")
+    for name in names:
         keys = sorted((key for key in runs[name] if key.startswith("step_")), key=_step_index)
-        if metric not in runs[name][keys[0]]:
-            raise KeyError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} (it has "
-                           f"{sorted(runs[name][keys[0]])})")
         for key in keys[1:]:
             if metric not in runs[name][key]:
                 raise ValueError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} at {key}, where its "
@@ -75,7 +84,8 @@ def learning_curves(data: Mapping[str, Any], environment: str, task: str, algori
     if len(set(schedules.values())) > 1:
         raise ValueError(f"the runs of {algorithm} on {environment}/{task} were evaluated at different env steps "
                          f"({describe_schedules(schedules)}): their mean curve would mix or drop evaluations")
-    return {"steps": np.asarray(next(iter(schedules.values()))), "returns": np.asarray(curves)}
+    return {"steps": np.asarray(next(iter(schedules.values()))), "returns": np.asarray(curves),
+            "runs": np.asarray(names)}
 
 
 def describe_schedules(schedules: Mapping[str, Sequence[int]]) -> str:

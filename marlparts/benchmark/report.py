@@ -64,7 +64,7 @@ def write_report(out: str, *, reference: Optional[str] = None, repetitions: int 
                 data, environment, os.path.join(folder, f"curves_{environment}.png"), reference=lines,
                 reference_label=label)))
             sampled = summary["environments"].get(environment, {}).get("sampled")
-            if sampled:
+            if sampled and sampled["tasks"]:
                 title = f"{environment}: final sampled returns over {', '.join(sampled['tasks'])}"
                 summary["files"].append(os.path.basename(aggregates_figure(
                     sampled["aggregates"], os.path.join(folder, f"aggregates_{environment}.png"), title=title)))

@@ -78,7 +78,7 @@ class Comparison:
         algorithms: the algorithms compared.
         tasks: the tasks they are compared on (every one of them ran each).
         scores: per algorithm, ``(runs, tasks)`` final returns, normalised per task; each algorithm keeps as many
-            runs as it has on its task with the fewest.
+            runs as it has on its task with the fewest (the lowest-numbered).
         left_out: what was not compared, each with a ``"reason"``: an ``"algorithm"`` that lacks some of the
             tasks, a ``"task"`` that cannot be normalised, or a ``"task"`` and ``"algorithm"`` whose runs could
             not be read together.
@@ -91,11 +91,19 @@ class Comparison:
 
 
 def _widest_comparison(available: Mapping[str, Set[str]]) -> Tuple[List[str], List[str]]:
-    """Among the task sets that some algorithm ran, the one with the most (algorithm, task) pairs over the
-    algorithms that ran all of it (ties: more algorithms, then more tasks): its algorithms and tasks.
+    """The tasks and algorithms with the most (algorithm, task) pairs where every algorithm ran every task (ties:
+    more algorithms, then more tasks, then the first in name order): its algorithms and tasks.
+
+    The best task set for a group of algorithms is the intersection of what they ran, so the candidates are every
+    intersection of the algorithms' task sets.
     """
+    bases = {frozenset(tasks) for tasks in available.values() if tasks}
+    candidates, frontier = set(bases), set(bases)
+    while frontier:
+        frontier = {tasks & base for tasks in frontier for base in bases if tasks & base} - candidates
+        candidates |= frontier
     best: Tuple[Tuple[int, ...], List[str], List[str]] = ((0, 0, 0), [], [])
-    for tasks in sorted({frozenset(tasks) for tasks in available.values() if tasks}, key=sorted):
+    for tasks in sorted(candidates, key=sorted):
         covering = sorted(algorithm for algorithm, ran in available.items() if tasks <= ran)
         rank = (len(covering) * len(tasks), len(covering), len(tasks))
         if rank > best[0]:
@@ -106,17 +114,21 @@ def _widest_comparison(available: Mapping[str, Set[str]]) -> Tuple[List[str], Li
 def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "episode_return") -> Comparison:
     """The :class:`Comparison` of ``environment``'s final returns of ``metric``.
 
-    The tasks and algorithms compared are those with the most (algorithm, task) pairs (one algorithm that ran a
-    single task does not shrink the others' comparison to that task); each task is min-max normalised by the
-    lowest and highest episode return of every evaluation of every compared run (marl-eval's normalisation:
-    one algorithm's runs are not scored 0 and 1 among themselves), and a task on which every episode returned
-    the same is left out.
+    The tasks and algorithms compared are those with the most (algorithm, task) pairs (:func:`_widest_comparison`:
+    one algorithm that ran a single task does not shrink the others' comparison to that task); each task is
+    min-max normalised by the lowest and highest episode return of every evaluation of every run of the task
+    that could be read (marl-eval's normalisation: one algorithm's runs are not scored 0 and 1 among themselves),
+    and a task on which every episode returned the same is left out. rliable takes as many runs of an
+    algorithm on each task: the runs beyond its fewest (the highest-numbered) are left out. Everything left out
+    is in ``left_out`` with its reason.
 
     Raises:
         KeyError: no run of ``environment`` has ``metric``.
     """
     tasks = data[environment]
     available: Dict[str, Set[str]] = {}
+    not_evaluated: Dict[str, List[str]] = {}
+    unreadable: Dict[str, List[str]] = {}
     curves: Dict[Tuple[str, str], Dict[str, np.ndarray]] = {}
     left_out: List[Dict[str, str]] = []
     missing_metric = None
@@ -127,22 +139,33 @@ def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "
                 curves[task, algorithm] = learning_curves(data, environment, task, algorithm, metric)
             except KeyError as error:
                 missing_metric = error
+                not_evaluated.setdefault(algorithm, []).append(task)
                 continue
             except ValueError as error:
                 left_out.append({"task": task, "algorithm": algorithm, "reason": str(error)})
+                unreadable.setdefault(algorithm, []).append(task)
                 continue
             available[algorithm].add(task)
     if not curves and missing_metric is not None:
         raise missing_metric
     algorithms, compared = _widest_comparison(available)
     for algorithm in sorted(set(available) - set(algorithms)) if compared else []:
-        missing = sorted(set(compared) - available[algorithm])
-        left_out.append({"algorithm": algorithm, "reason": f"it has not run {', '.join(missing)}"})
-    normalisable = []
-    bounds = {}
+        lacking = set(compared) - available[algorithm]
+        groups = [("it was not evaluated with these actions on", not_evaluated.get(algorithm, [])),
+                  ("its runs could not be set together (listed) on", unreadable.get(algorithm, []))]
+        groups.insert(0, ("it has not run", lacking - {task for _, named in groups for task in named}))
+        reasons = [f"{words} {', '.join(sorted(lacking & set(named)))}" for words, named in groups
+                   if lacking & set(named)]
+        left_out.append({"algorithm": algorithm, "reason": "; ".join(reasons)})
+    for task in sorted(set(tasks) - set(compared)) if compared else []:
+        ran = sorted(algorithm for algorithm, names in available.items() if task in names)
+        if ran:
+            left_out.append({"task": task, "reason": f"not every compared algorithm ran it (only {', '.join(ran)} did)"})
+    normalisable, bounds = [], {}
     for task in compared:
         episodes = np.concatenate([np.asarray(step[metric], dtype=float).ravel()
-                                   for algorithm in algorithms for run in tasks[task][algorithm].values()
+                                   for algorithm in sorted(available) if task in available[algorithm]
+                                   for run in tasks[task][algorithm].values()
                                    for key, step in run.items() if key.startswith("step_")])
         low, high = float(episodes.min()), float(episodes.max())
         if high > low:
@@ -153,10 +176,17 @@ def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "
                                                      "return is the highest): it cannot be normalised"})
     scores = {}
     for algorithm in algorithms if normalisable else []:
-        finals = [curves[task, algorithm]["returns"][:, -1] for task in normalisable]
-        runs = min(len(values) for values in finals)
-        scores[algorithm] = np.stack([(values[:runs] - bounds[task][0]) / (bounds[task][1] - bounds[task][0])
-                                      for task, values in zip(normalisable, finals)], axis=1)
+        counts = {task: len(curves[task, algorithm]["runs"]) for task in normalisable}
+        fewest = min(normalisable, key=lambda task: counts[task])
+        runs = counts[fewest]
+        for task in normalisable:
+            if counts[task] > runs:
+                dropped = ", ".join(curves[task, algorithm]["runs"][runs:])
+                left_out.append({"task": task, "algorithm": algorithm, "reason": (
+                    f"{dropped} left out of the aggregates: {algorithm} has {runs} runs on {fewest}, and rliable "
+                    "takes as many runs of an algorithm on each task")})
+        scores[algorithm] = np.stack([(curves[task, algorithm]["returns"][:runs, -1] - bounds[task][0])
+                                      / (bounds[task][1] - bounds[task][0]) for task in normalisable], axis=1)
     return Comparison(algorithms=algorithms if normalisable else [], tasks=normalisable, scores=scores,
                       left_out=left_out)
 
@@ -222,7 +252,11 @@ def environment_statistics(data: Mapping[str, Any], *, repetitions: int = 2000) 
                 comparison = normalised_scores(data, environment, metric)
             except KeyError:
                 continue
-            if not comparison.tasks:
+            if not comparison.tasks:  # nothing to aggregate, but what was left out, and why, is said
+                if comparison.left_out:
+                    statistics.setdefault(environment, {})[actions] = {
+                        "tasks": [], "algorithms": [], "runs": {}, "left_out": comparison.left_out,
+                        "aggregates": {}, "probability_of_improvement": []}
                 continue
             statistics.setdefault(environment, {})[actions] = {
                 "tasks": comparison.tasks, "algorithms": comparison.algorithms,
