@@ -52,31 +52,30 @@ def learning_curves(data: Mapping[str, Any], environment: str, task: str, algori
 
     Raises:
         KeyError: no run has ``metric`` at its first evaluation (the runs were not evaluated so).
-        ValueError: some runs have ``metric`` and others not, a run has it at its first evaluation but not at a
-            later one, or an evaluation with
-            no episodes; or the runs were evaluated at different step counts (or a different number of times), naming
-            each run's schedule: their mean curve would mix evaluations of different steps or drop some.
+        ValueError: some runs have ``metric`` and others not; a run has it at its first evaluation but not at a
+            later one, or has an evaluation with no episodes; or the runs were evaluated at different step counts
+            (or a different number of times), naming each run's schedule: their mean curve would mix evaluations
+            of different steps or drop some.
     """
     runs = data[environment][task][algorithm]
-    curves: List[List[float]] = []
-    schedules: Dict[str, Tuple[int, ...]] = {}
     names = sorted(runs, key=_step_index)
-    first_steps = {name: min((key for key in runs[name] if key.startswith("step_")), key=_step_index)
-                   for name in names}
-    lacking = [name for name in names if metric not in runs[name][first_steps[name]]]
+    steps_of = {name: sorted((key for key in runs[name] if key.startswith("step_")), key=_step_index)
+                for name in names}
+    lacking = [name for name in names if metric not in runs[name][steps_of[name][0]]]
     if len(lacking) == len(names):
         raise KeyError(f"the runs of {algorithm} on {environment}/{task} have no {metric!r} (they have "
-                       f"{sorted(runs[names[0]][first_steps[names[0]]])})")
+                       f"{sorted(runs[names[0]][steps_of[names[0]][0]])})")
     if lacking:
         raise ValueError(f"{environment}/{task}/{algorithm}/{', '.join(lacking)} has no {metric!r} where the other "
                          f"runs have it")
+    curves: List[List[float]] = []
+    schedules: Dict[str, Tuple[int, ...]] = {}
     for name in names:
-        keys = sorted((key for key in runs[name] if key.startswith("step_")), key=_step_index)
-        for key in keys[1:]:
+        keys = steps_of[name]
+        for key in keys:
             if metric not in runs[name][key]:
                 raise ValueError(f"{environment}/{task}/{algorithm}/{name} has no {metric!r} at {key}, where its "
                                  f"{keys[0]} has it: its curve has a gap")
-        for key in keys:
             if len(runs[name][key][metric]) == 0:
                 raise ValueError(f"{environment}/{task}/{algorithm}/{name} has no episodes of {metric!r} at {key}")
         curves.append([float(np.mean(runs[name][key][metric])) for key in keys])

@@ -151,11 +151,12 @@ def normalised_scores(data: Mapping[str, Any], environment: str, metric: str = "
     algorithms, compared = _widest_comparison(available)
     for algorithm in sorted(set(available) - set(algorithms)) if compared else []:
         lacking = set(compared) - available[algorithm]
-        groups = [("it was not evaluated with these actions on", not_evaluated.get(algorithm, [])),
-                  ("its runs could not be set together (listed) on", unreadable.get(algorithm, []))]
-        groups.insert(0, ("it has not run", lacking - {task for _, named in groups for task in named}))
-        reasons = [f"{words} {', '.join(sorted(lacking & set(named)))}" for words, named in groups
-                   if lacking & set(named)]
+        not_evaluated_here = lacking & set(not_evaluated.get(algorithm, []))
+        unreadable_here = lacking & set(unreadable.get(algorithm, []))
+        groups = [("it has not run", lacking - not_evaluated_here - unreadable_here),
+                  ("it was not evaluated with these actions on", not_evaluated_here),
+                  ("its runs could not be set together (listed) on", unreadable_here)]
+        reasons = [f"{words} {', '.join(sorted(named))}" for words, named in groups if named]
         left_out.append({"algorithm": algorithm, "reason": "; ".join(reasons)})
     for task in sorted(set(tasks) - set(compared)) if compared else []:
         ran = sorted(algorithm for algorithm, names in available.items() if task in names)
