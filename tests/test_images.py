@@ -110,9 +110,19 @@ class SmallValue(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def train_on_pixels(dtype, directory):
+class MisdeclaredPixelEnv(PixelEnv):
+    """Declares images of bytes but gives ``agent_1`` its image scaled to [0, 1], as a wrapper that divides the
+    pixels by 255 without changing the declared space does."""
+
+    def _observe(self):
+        observations = super()._observe()
+        observations["agent_1"] = observations["agent_1"] / 255.0
+        return observations
+
+
+def train_on_pixels(dtype, directory, env_class=PixelEnv):
     set_seed(0)
-    env = wrap_env(lambda: PixelEnv(dtype), num_envs=3, seed=0)
+    env = wrap_env(lambda: env_class(dtype), num_envs=3, seed=0)
     uid = env.possible_agents[0]
     models = {"policy": SmallPolicy(observation_space=env.observation_space(uid), action_space=env.action_space(uid)),
               "value": SmallValue(observation_space=env.observation_space(uid))}
@@ -140,3 +150,11 @@ def test_ppo_holds_images_of_bytes_as_bytes_and_trains_exactly_as_on_floats(tmp_
         for (name, left), right in zip(on_bytes.groups[0].models[role].state_dict().items(),
                                        on_floats.groups[0].models[role].state_dict().values()):
             assert torch.equal(left, right), (role, name)
+
+
+def test_ppo_refuses_observations_that_break_their_declared_byte_space_naming_the_agent(tmp_path):
+    """Observations of a uint8 Box that are not whole numbers 0-255 would be truncated or wrapped in the byte
+    rollout, and the update would train on other numbers than the policy acted on: the step is refused, naming the
+    agent and its observation space."""
+    with pytest.raises(ValueError, match=r"agent 'agent_1'.*env copy \d.*Box\(0, 255, \(4, 4, 2\), uint8\)"):
+        train_on_pixels(np.uint8, tmp_path, MisdeclaredPixelEnv)

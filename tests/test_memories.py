@@ -86,3 +86,21 @@ def test_a_tensor_held_in_bytes_is_read_as_floats_everywhere_and_saved_as_bytes(
     loaded_first.load(str(tmp_path / "memory.pt"))
     loaded_first.create_tensor("observations", (2, 5), storage_dtype=torch.uint8)
     assert torch.equal(loaded_first.get_tensor_by_name("observations"), expected)
+
+
+@pytest.mark.parametrize("bad_value", [0.6, -1.0, 256.0, float("nan")])
+def test_a_tensor_held_in_bytes_refuses_a_sample_it_cannot_hold_exactly_and_writes_nothing(bad_value):
+    """A value that bytes cannot hold (a fraction, a negative, over 255, NaN) is not wrapped or truncated into
+    the rollout: the step is refused, naming the tensor, the copy and the place, and nothing of it is written."""
+    memory = RandomMemory(memory_size=4, num_envs=2)
+    memory.create_tensor("observations", (2, 3), storage_dtype=torch.uint8)
+    memory.create_tensor("rewards", (2, 1))
+    good = torch.randint(0, 256, (2, 2, 3)).float()
+    memory.add_samples(observations=good, rewards=torch.ones(2, 2, 1))
+    bad = good.clone()
+    bad[1, 0, 2] = bad_value
+    with pytest.raises(ValueError, match=r"'observations'.*torch\.uint8.*env copy 1.*\(0, 2\)"):
+        memory.add_samples(rewards=torch.full((2, 2, 1), 7.0), observations=bad)
+    assert memory.memory_index == 1 and len(memory) == 2
+    assert torch.equal(memory.get_tensor_by_name("observations")[0], good)
+    assert not (memory.get_tensor_by_name("rewards") == 7.0).any()  # the step's other tensors are not written either

@@ -251,6 +251,20 @@ def test_squashed_gaussian_log_prob_of_sampled_and_of_taken_actions_is_torch_s_t
     assert model.log_std.grad.abs().sum() > 0 and model.net[0].weight.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("space, wrong", [
+    (gymnasium.spaces.Box(np.array([-1.0, 0.5], np.float32), np.array([1.0, 0.5], np.float32)),
+     r"component 1.*low 0\.5.*high 0\.5"),
+    (gymnasium.spaces.Box(np.array([-1.0, -np.inf], np.float32), np.array([1.0, 1.0], np.float32)), r"component 1.*low -inf"),
+    (gymnasium.spaces.Discrete(3), r"Discrete\(3\)"),
+])
+def test_a_squashed_gaussian_refuses_an_action_space_it_cannot_squash_into(space, wrong):
+    """tanh squashes into a Box with finite bounds and some width in every component: a zero-width component made
+    every log-probability infinite (and the parameters NaN after one update), an infinite bound made the actions
+    NaN. Such a space is refused when the model is built, naming the component."""
+    with pytest.raises(ValueError, match=r"Squashed.*" + wrong):
+        Squashed(observation_space=gymnasium.spaces.Box(-1, 1, (3,)), action_space=space)
+
+
 def test_cnn_reads_flat_channels_last_rows_as_the_env_s_images():
     """A row of a flattened (height, width, channels) image reaches the first convolution as (channels, height,
     width); bytes scaled by 1/255 give what the same pixels as floats give; the Nature encoder's output size."""

@@ -12,6 +12,17 @@ from marlparts.utils.spaces import flat_size
 Size = Union[int, Tuple[int, ...], gymnasium.Space]
 
 
+class InexactSampleError(ValueError):
+    """A sample that the compact storage dtype of its memory tensor cannot hold exactly (a fraction, a negative or
+    a value over 255 for bytes). ``name`` is the tensor, ``env_copy`` the copy and ``entry`` the place in the
+    sample of the first such value, ``value`` the value.
+    """
+
+    def __init__(self, message: str, *, name: str, env_copy: int, entry: Tuple[int, ...], value: float) -> None:
+        super().__init__(message)
+        self.name, self.env_copy, self.entry, self.value = name, env_copy, entry, value
+
+
 class Memory:
     """Named tensors of shape ``(memory_size, num_envs, *size)``, written one step at a time.
 
@@ -97,13 +108,38 @@ class Memory:
         dtype = self.read_dtypes.get(name)
         return values if dtype is None else values.to(dtype)
 
+    def _exactly_as_stored(self, name: str, value: torch.Tensor, stored: torch.dtype) -> torch.Tensor:
+        """``value`` in the compact ``stored`` dtype of tensor ``name``; :class:`InexactSampleError` if a value does not
+        survive the conversion (bytes would truncate fractions and wrap negatives and values over 255).
+        """
+        if value.dtype == stored:
+            return value
+        compact = value.to(stored)
+        exact = compact.to(value.dtype) == value
+        if bool(exact.all()):
+            return compact
+        place = tuple(int(i) for i in torch.nonzero(~exact)[0])
+        bad = float(value[place])
+        raise InexactSampleError(
+            f"memory tensor {name!r} is held as {stored} and read as {self.read_dtypes[name]}, and cannot hold "
+            f"the value {bad} of env copy {place[0]} at {place[1:]} exactly: the samples of a compact tensor must "
+            f"be values its dtype holds (whole numbers 0-255 for bytes)", name=name, env_copy=place[0],
+            entry=place[1:], value=bad)
+
     def add_samples(self, **tensors: torch.Tensor) -> None:
-        """Write one step: each tensor has shape ``(num_envs, *size)``. Unknown names are an error."""
+        """Write one step: each tensor has shape ``(num_envs, *size)``. Unknown names, other shapes and values that a
+        compact tensor cannot hold exactly (:class:`InexactSampleError`) are errors, and then nothing is written.
+        """
+        writes = []
         for name, value in tensors.items():
             target = self._get(name)
             if value.shape != target.shape[1:]:
                 raise ValueError(f"memory tensor {name!r} takes samples of shape {tuple(target.shape[1:])}, "
                                  f"got {tuple(value.shape)}")
+            if name in self.read_dtypes:
+                value = self._exactly_as_stored(name, value, target.dtype)
+            writes.append((target, value))
+        for target, value in writes:
             target[self.memory_index].copy_(value)
         self.memory_index += 1
         if self.memory_index >= self.memory_size:

@@ -3,6 +3,8 @@
 import math
 from typing import Dict, Mapping, Tuple
 
+import gymnasium
+import numpy as np
 import torch
 from torch.distributions import Normal
 
@@ -12,6 +14,23 @@ from marlparts.models.gaussian import gaussian_log_std
 def _log_det_of_tanh(sample: torch.Tensor) -> torch.Tensor:
     """``log(1 − tanh(u)²)`` per component, as ``2 (log 2 − u − softplus(−2u))``: stable for large ``|u|``."""
     return 2.0 * (math.log(2.0) - sample - torch.nn.functional.softplus(-2.0 * sample))
+
+
+def check_squashable(space: gymnasium.Space, *, owner: str) -> None:
+    """Raise ``ValueError`` (naming ``owner`` and the component) unless ``space`` is a ``Box`` with finite bounds and
+    ``low < high`` in every component: a zero-width component would make every log-probability infinite, an
+    infinite bound every action NaN.
+    """
+    if not isinstance(space, gymnasium.spaces.Box):
+        raise ValueError(f"{owner} squashes its actions into a Box, but its action_space is {space}")
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    unusable = ~(np.isfinite(low) & np.isfinite(high) & (low < high))
+    if unusable.any():
+        component = int(np.flatnonzero(unusable)[0])
+        raise ValueError(f"{owner} squashes its actions into a Box with finite bounds and low < high in every "
+                         f"component, but component {component} of its action_space {space} has low "
+                         f"{low[component]} and high {high[component]} (leave a fixed component out of the actions, "
+                         f"or use GaussianMixin for unbounded ones)")
 
 
 class SquashedGaussianMixin:
@@ -33,6 +52,10 @@ class SquashedGaussianMixin:
 
     min_log_std: float = -20.0
     max_log_std: float = 2.0
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        check_squashable(self.action_space, owner=type(self).__name__)
 
     def act(self, inputs: Mapping[str, torch.Tensor], role: str = "") -> Tuple[torch.Tensor, torch.Tensor, Dict]:
         """Return ``(actions (batch, act_dim), log_prob (batch, 1), outputs)``; with ``inputs["taken_actions"]``

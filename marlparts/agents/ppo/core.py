@@ -16,6 +16,7 @@ from marlparts.agents.common.trained_model import TrainedModel
 from marlparts.agents.ppo.advantages import compute_gae, waiting_bootstraps
 from marlparts.agents.ppo.losses import ppo_losses
 from marlparts.agents.ppo.preprocessing import PPOPreprocessingMixin
+from marlparts.memories.base import InexactSampleError
 from marlparts.models.base import trial_rows
 from marlparts.resources.popart import PopArt
 from marlparts.resources.schedulers import KLAdaptiveLR
@@ -319,7 +320,16 @@ class MultiAgentPPO(PPOPreprocessingMixin, MultiAgent):
                     group.memory.create_tensor("action_mask", group.cache["action_mask"].shape[1:], dtype=torch.bool)
                     samples["action_mask"] = group.cache["action_mask"]
                     self._has_action_mask = True
-                group.memory.add_samples(**samples)
+                try:
+                    group.memory.add_samples(**samples)
+                except InexactSampleError as error:
+                    if error.name != "observations":
+                        raise
+                    uid = group.uids[error.entry[0]]
+                    raise ValueError(f"observation of agent {uid!r} in env copy {error.env_copy} holds {error.value}, "
+                                     f"outside its observation space {self.observation_spaces[uid]}: the rollout "
+                                     f"keeps such observations as bytes (whole numbers 0-255), so the env must give "
+                                     f"them as its space says (or declare another dtype)") from error
 
     def step_samples(self, group: AgentGroup, observations: torch.Tensor, states: Optional[torch.Tensor], *,
                      rewards: Mapping[str, torch.Tensor], terminated: Mapping[str, torch.Tensor],
