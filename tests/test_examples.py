@@ -123,7 +123,7 @@ def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path, run_example):
 @pytest.mark.parametrize("name", ["knights_archers_zombies_mappo", "knights_archers_zombies_ippo"])
 def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoint(name, tmp_path, run_script):
     script = ROOT / "examples" / "pettingzoo" / f"{name}.py"
-    common = ("--num-envs", 4, "--episodes", 2, "--directory", tmp_path)  # episodes of up to 300 steps
+    common = ("--num-envs", 4, "--episodes", 2, "--max-cycles", 60, "--directory", tmp_path)
 
     def run(*arguments):
         return run_script(script, *arguments)
@@ -138,7 +138,7 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
 def test_image_observation_example_runs_as_it_stands(tmp_path, run_script):
     """SISL pursuit's 7x7x3 views through a shared CNN policy and critic (marlparts.models.cnn)."""
     output = run_script(ROOT / "examples" / "pettingzoo" / "pursuit_ippo.py", "--timesteps", 500, "--num-envs", 2,
-                        "--episodes", 2, "--directory", tmp_path)
+                        "--episodes", 2, "--max-cycles", 50, "--directory", tmp_path)
     assert "trained 500 env steps" in output
     assert "evaluation over 2 episodes, return per pursuer: sampled" in output and "(random actions:" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
@@ -148,28 +148,27 @@ def test_pixel_example_runs_as_it_stands(tmp_path, run_script):
     """Pistonball's frames through SuperSuit into one CNN that is the pistons' policy and critic."""
     pytest.importorskip("supersuit")
     pytest.importorskip("pymunk")
-    arguments = ("--timesteps", 64, "--num-envs", 2, "--max-cycles", 16, "--threads", 1, "--episodes", 2,
+    arguments = ("--timesteps", 32, "--num-envs", 1, "--max-cycles", 8, "--threads", 1, "--episodes", 2,
                  "--evaluations", 2, "--directory", tmp_path, "--resume")
     output = run_script(ROOT / "examples" / "pettingzoo" / "pistonball_ippo.py", *arguments)
-    assert "trained 64 env steps" in output
+    assert "trained 32 env steps" in output
     assert "evaluation over 2 episodes, return per piston: sampled" in output and "(random actions:" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
     (curve,) = tmp_path.glob("*/evaluations.jsonl")  # the learning curve the benchmark runner reads
-    assert [json.loads(line)["env_steps"] for line in curve.read_text().splitlines()] == [0, 64, 64]
+    assert [json.loads(line)["env_steps"] for line in curve.read_text().splitlines()] == [0, 32, 32]
     assert (tmp_path / "run_settings.json").is_file()  # --resume recorded the run (it goes on as the LBF examples do)
 
 
-@pytest.mark.parametrize("path, package, copies", [("lbf/foraging_mappo.py", "lbforaging", 8),
-                                                   ("lbf/foraging_ippo.py", "lbforaging", 8),
-                                                   ("lbf/foraging_ia2c.py", "lbforaging", 8),
-                                                   ("lbf/foraging_maa2c.py", "lbforaging", 8),
-                                                   ("rware/warehouse_mappo.py", "rware", 2)])  # 500-step episodes
-def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, tmp_path, run_script):
+@pytest.mark.parametrize("path, package, copies, options", [
+    ("lbf/foraging_mappo.py", "lbforaging", 8, ()), ("lbf/foraging_ippo.py", "lbforaging", 8, ()),
+    ("lbf/foraging_ia2c.py", "lbforaging", 8, ()), ("lbf/foraging_maa2c.py", "lbforaging", 8, ()),
+    ("rware/warehouse_mappo.py", "rware", 2, ("--max-steps", 100))])  # RWARE's own episodes are 500 steps
+def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, options, tmp_path, run_script):
     """The examples of EPyMARL's tasks evaluate at equal intervals from the start, with sampled and greedy actions,
     and report team returns summed over the agents; each evaluation has its checkpoint, and ``--resume`` goes on
     from the newest."""
     pytest.importorskip(package)
-    arguments = ("--timesteps", 1600, "--num-envs", copies, "--evaluations", 3, "--episodes", copies,
+    arguments = ("--timesteps", 1600, "--num-envs", copies, "--evaluations", 3, "--episodes", copies, *options,
                  "--directory", tmp_path, "--resume")  # nothing to go on from yet: a fresh start
     output = run_script(ROOT / "examples" / path, *arguments)
     assert "trained 1600 env steps" in output and f"evaluation over {copies} episodes" in output

@@ -26,6 +26,7 @@ from marlparts.utils import set_seed
 NUM_ENVS = 32  # env copies stepped together
 TIMESTEPS = 300_000  # env steps of training (all copies counted)
 ROLLOUTS = 64
+MAX_CYCLES = 300  # steps per episode at most (agents leave earlier when killed)
 DIRECTORY = "runs/knights_archers_zombies_mappo"
 
 
@@ -53,9 +54,9 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0) -> MultiAgentEnv:
-    """knights_archers_zombies_v11 (vector observations, at most 300 steps) as ``num_envs`` copies."""
-    return wrap_env(lambda: knights_archers_zombies_v11.parallel_env(max_cycles=300), num_envs=num_envs,
+def make_env(num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0, max_cycles: int = MAX_CYCLES) -> MultiAgentEnv:
+    """knights_archers_zombies_v11 (vector observations, at most ``max_cycles`` steps) as ``num_envs`` copies."""
+    return wrap_env(lambda: knights_archers_zombies_v11.parallel_env(max_cycles=max_cycles), num_envs=num_envs,
                     workers=workers, seed=seed, state_source="observations")
 
 
@@ -88,6 +89,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-envs", type=int, default=NUM_ENVS, help="env copies stepped together")
     parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
+    parser.add_argument("--max-cycles", type=int, default=MAX_CYCLES, help="steps per episode at most")
     parser.add_argument("--directory", default=DIRECTORY, help="where TensorBoard logs and checkpoints go")
     parser.add_argument("--checkpoint", help="load this checkpoint first: training resumes from it")
     parser.add_argument("--eval", action="store_true", help="only evaluate the agent of --checkpoint, no training")
@@ -101,7 +103,7 @@ def main() -> None:
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     set_seed(args.seed)
-    env = make_env(args.num_envs, args.workers, args.seed)
+    env = make_env(args.num_envs, args.workers, args.seed, args.max_cycles)
     agent = make_agent(env, args.directory)
     if args.checkpoint:
         agent.load(args.checkpoint)

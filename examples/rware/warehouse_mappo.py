@@ -34,6 +34,7 @@ TASK = "rware-tiny-2ag-v2"
 NUM_ENVS = 16  # env copies stepped together
 TIMESTEPS = 4_000_000  # env steps of training (all copies counted): a tenth of EPyMARL's on-policy budget
 EVALUATIONS = 21  # evaluations from the start to the end of training (EPyMARL: 41; its episodes are long here)
+MAX_STEPS = 500  # steps per episode (RWARE's and EPyMARL's)
 DIRECTORY = "runs/rware_mappo"
 
 
@@ -61,10 +62,13 @@ class Value(DeterministicMixin, Model):
         return self.net(inputs["observations"]), {}
 
 
-def make_env(task: str = TASK, num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0) -> MultiAgentEnv:
-    """``num_envs`` copies of the RWARE ``task``; the global state is every observation concatenated."""
-    return wrap_env(lambda: gymnasium.make(task, disable_env_checker=True), num_envs=num_envs, workers=workers,
-                    seed=seed)
+def make_env(task: str = TASK, num_envs: int = NUM_ENVS, workers: int = 0, seed: int = 0,
+             max_steps: int = MAX_STEPS) -> MultiAgentEnv:
+    """``num_envs`` copies of the RWARE ``task`` with episodes of ``max_steps``; the global state is every
+    observation concatenated.
+    """
+    return wrap_env(lambda: gymnasium.make(task, disable_env_checker=True, max_steps=max_steps), num_envs=num_envs,
+                    workers=workers, seed=seed)
 
 
 def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> MAPPO:
@@ -98,6 +102,7 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-envs", type=int, default=NUM_ENVS, help="env copies stepped together")
     parser.add_argument("--workers", type=int, default=0, help="worker processes for the env copies (0: none)")
+    parser.add_argument("--max-steps", type=int, default=MAX_STEPS, help="steps per episode")
     parser.add_argument("--directory", default=DIRECTORY, help="where TensorBoard logs and checkpoints go")
     parser.add_argument("--evaluations", type=int, default=EVALUATIONS,
                         help="evaluations over the run, the first before training (0: only one at the end)")
@@ -117,14 +122,14 @@ def main() -> None:
     args = parse_arguments()
     if args.resume and not args.checkpoint:  # None: nothing to go on from, a fresh start
         settings = {"env": args.env, "seed": args.seed, "timesteps": args.timesteps, "num_envs": args.num_envs,
-                    "evaluations": args.evaluations, "episodes": args.episodes}
+                    "evaluations": args.evaluations, "episodes": args.episodes, "max_steps": args.max_steps}
         args.checkpoint = checkpoint_to_resume(args.directory, settings)
     if args.eval and not args.checkpoint:
         raise SystemExit("--eval evaluates a saved agent: give its file with --checkpoint")
     if args.evaluations == 1 or args.evaluations < 0:
         raise SystemExit("--evaluations must be 0 or at least 2 (one before training, one at its end)")
     set_seed(args.seed)
-    env = make_env(args.env, args.num_envs, args.workers, args.seed)
+    env = make_env(args.env, args.num_envs, args.workers, args.seed, args.max_steps)
     steps = max(args.timesteps // env.num_envs, 1)  # vectorized steps
     interval = max(steps // (args.evaluations - 1), 1) if args.evaluations else 0
     steps = interval * (args.evaluations - 1) if args.evaluations else steps  # evaluations at equal intervals
