@@ -415,3 +415,90 @@ def test_an_environment_whose_tasks_cannot_be_normalised_still_says_why():
     statistics = environment_statistics(data, repetitions=20)["toy"]["sampled"]
     assert statistics["tasks"] == [] and statistics["aggregates"] == {}
     assert "cannot be normalised" in statistics["left_out"][0]["reason"]
+
+
+def test_the_probability_of_improvement_keeps_every_pair_apart_whatever_the_names():
+    """Each ordered pair keeps its own entry and names even when a name holds a comma (``"A"`` over ``"B,C"`` and
+    ``"A,B"`` over ``"C"`` are two pairs, not one key ``"A,B,C"``)."""
+    pytest.importorskip("rliable")
+    from marlparts.benchmark.statistics import probability_of_improvement
+
+    levels = {"A": 0.1, "A,B": 0.9, "B,C": 0.5, "C": 0.3}
+    scores = {name: np.full((3, 2), level) + np.arange(3)[:, None] * 0.01 for name, level in levels.items()}
+    pairs = [(pair["algorithm"], pair["over"], pair["value"]) for pair in probability_of_improvement(scores,
+                                                                                                   repetitions=50)]
+    assert len(pairs) == 12 and len({(x, y) for x, y, _ in pairs}) == 12
+    for x, y, value in pairs:
+        assert value == pytest.approx(1.0 if levels[x] > levels[y] else 0.0), (x, y)
+
+
+@pytest.mark.parametrize("field", ["algorithm", "environment", "tasks"])
+@pytest.mark.parametrize("name", ["A,B", "a/b", ".."])
+def test_a_grid_name_that_cannot_be_a_folder_or_a_marl_eval_key_is_refused(field, name):
+    """Names become folders (``runs/<environment>/<task>/<algorithm>``) and marl-eval keys, which refuse commas."""
+    cell = {"algorithm": "A", "environment": "e", "tasks": ["t"], "function": "a:b", field: name}
+    grid = Grid.from_dict({"timesteps": 10, "cells": [cell]})
+    with pytest.raises(ValueError, match=f"{'task' if field == 'tasks' else field} {name!r}"):
+        grid.runs()
+
+
+def test_the_report_reads_one_result_per_run_folder_and_refuses_one_filed_under_another_run(tmp_path):
+    """Only ``runs/<environment>/<task>/<algorithm>/seed_<seed>/result.json`` is a run's result: a stale copy of a
+    run's folder or a file that a script wrote below its attempt is not counted again, and a result whose fields
+    name another run than its folder is an error, not a second seed."""
+    pytest.importorskip("rliable")
+    curves = {("easy", "A", 0): [(0.0, 0.0), (10.0, 1.0)], ("easy", "A", 1): [(0.0, 0.0), (20.0, 1.0)]}
+    write_results(tmp_path, curves)
+    runs = tmp_path / "runs" / "toy" / "easy" / "A"
+    stale = json.loads((runs / "seed_0" / "result.json").read_text())
+    stale["evaluations"][-1]["sampled"]["episode_returns"] = [2.0] * 4
+    (runs / "seed_0.old").mkdir()
+    (runs / "seed_0.old" / "result.json").write_text(json.dumps(stale))
+    (runs / "seed_1" / "attempt_1" / "work").mkdir(parents=True)
+    (runs / "seed_1" / "attempt_1" / "work" / "result.json").write_text(json.dumps(stale))
+    summary = write_report(str(tmp_path), repetitions=20, figures=False)
+    (row,) = [row for row in summary["tasks"] if row["actions"] == "sampled"]
+    assert row["runs"] == 2 and row["final"] == pytest.approx(15.0) and row["final_min"] == pytest.approx(10.0)
+
+    misfiled = dict(stale, seed=1)
+    (runs / "seed_0" / "result.json").write_text(json.dumps(misfiled))
+    with pytest.raises(ValueError, match=r"seed_0.*names the run toy/easy/A/seed_1"):
+        write_report(str(tmp_path), repetitions=20, figures=False)
+
+
+def test_marl_eval_s_layout_refuses_two_results_of_one_run():
+    from marlparts.benchmark.marl_eval import to_marl_eval
+
+    result = {"environment": "toy", "task": "easy", "algorithm": "A", "seed": 0,
+              "evaluations": [{"env_steps": 0, "sampled": {"episode_returns": [1.0]}}]}
+    with pytest.raises(ValueError, match="two results of toy/easy/A seed 0"):
+        to_marl_eval([result, dict(result)])
+
+
+def test_a_reference_with_only_some_statistics_draws_its_figures(tmp_path):
+    """A reference file may give any of the statistics (``load_reference`` accepts ``mean_of_mean`` alone); the
+    figures then go without its lines rather than failing after half the report is written."""
+    pytest.importorskip("rliable")
+    pytest.importorskip("matplotlib")
+    write_results(tmp_path, {("easy", "A", seed): [(0.0, 0.0), (1.0 + seed, 1.0)] for seed in range(2)})
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps({"source": "a test", "statistics": {
+        "mean_of_mean": {"label": "Table B", "toy": {"easy": {"A": [4.0, 0.1]}}}}}))
+    summary = write_report(str(tmp_path), reference=str(reference), repetitions=20)
+    assert "curves_toy.png" in summary["files"] and (tmp_path / "report" / "summary.json").is_file()
+
+
+def test_the_curves_legend_names_every_algorithm_drawn_in_any_panel(tmp_path, monkeypatch):
+    pytest.importorskip("rliable")
+    pytest.importorskip("matplotlib")
+    from marlparts.benchmark import figures
+
+    def runs(level):
+        return {f"run_{seed}": {"step_0": {"step_count": 0, "episode_return": [0.0]},
+                                "step_1": {"step_count": 100, "episode_return": [level + seed]}} for seed in range(2)}
+    data = {"toy": {"t1": {"A": runs(1.0)}, "t2": {"A": runs(1.0), "B": runs(2.0)}}}
+    drawn = []
+    monkeypatch.setattr(figures, "_save", lambda figure, path: drawn.append(figure) or path)
+    figures.learning_curve_figure(data, "toy", str(tmp_path / "curves.png"))
+    (legend,) = drawn[0].legends
+    assert sorted(text.get_text() for text in legend.get_texts()) == ["A (sampled)", "B (sampled)"]

@@ -61,7 +61,12 @@ def learning_curve_figure(data: Mapping[str, Any], environment: str, path: str, 
         panel.grid(alpha=0.3)
     for panel in list(axes.flat)[len(tasks):]:
         panel.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    entries: Dict[str, Any] = {}  # every algorithm drawn in any panel, once (not every task has every algorithm)
+    for panel in axes.flat:
+        for handle, label in zip(*panel.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    labels = sorted(entries)
+    handles = [entries[label] for label in labels]
     if reference:
         handles.append(pyplot.Line2D([], [], linestyle=":", color="grey"))
         labels.append(reference_label)

@@ -91,6 +91,17 @@ class RunSpec:
                 "evaluations": self.evaluations, "eval_episodes": self.eval_episodes}
 
 
+def _name_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot name an algorithm, environment or task, or None: each is a folder of the run's path
+    (``runs/<environment>/<task>/<algorithm>/``) and a key of marl-eval's layout, whose loaders refuse commas.
+    """
+    if name in (".", "..") or "/" in name or "\\" in name:
+        return "cannot be a folder's name (no '/' or '\\', not '.' or '..')"
+    if "," in name:
+        return "holds a comma, which marl-eval's layout does not allow in names"
+    return None
+
+
 @dataclass
 class Grid:
     """Algorithms x tasks x seeds: the runs of a benchmark.
@@ -186,6 +197,11 @@ class Grid:
                 raise ValueError(f"{where}: the argument {argument!r} names {error}, which is none of {sorted(fields)}") \
                     from error
         tasks = [cell["tasks"]] if isinstance(cell["tasks"], str) else list(cell["tasks"])
+        for kind, name in [("algorithm", cell["algorithm"]), ("environment", cell["environment"])] + [
+                ("task", task) for task in tasks]:
+            problem = _name_problem(str(name))
+            if problem:
+                raise ValueError(f"{where}: the {kind} {str(name)!r} {problem}")
         for task in tasks:
             for seed in cell.get("seeds", self.seeds):
                 yield RunSpec(algorithm=str(cell["algorithm"]), environment=str(cell["environment"]), task=str(task),

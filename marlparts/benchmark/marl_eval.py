@@ -36,7 +36,11 @@ def to_marl_eval(results: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
             run[f"step_{index}"] = step
         run["absolute_metrics"] = {metric: values for metric, values in run[f"step_{len(result['evaluations']) - 1}"]
                                    .items() if metric != "step_count"}
-        runs[f"run_{result['seed']}"] = run
+        name = f"run_{result['seed']}"
+        if name in runs:
+            raise ValueError(f"two results of {result['environment']}/{result['task']}/{result['algorithm']} seed "
+                             f"{result['seed']}: one run has one result")
+        runs[name] = run
     return data
 
 

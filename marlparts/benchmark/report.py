@@ -59,7 +59,7 @@ def write_report(out: str, *, reference: Optional[str] = None, repetitions: int 
     if figures:
         for environment in data:
             lines = reference_lines(table, "max_of_mean", environment) if table is not None else None
-            label = table["statistics"]["max_of_mean"].get("label", "reference") if table is not None else ""
+            label = table["statistics"].get("max_of_mean", {}).get("label", "reference") if table is not None else ""
             summary["files"].append(os.path.basename(learning_curve_figure(
                 data, environment, os.path.join(folder, f"curves_{environment}.png"), reference=lines,
                 reference_label=label)))

@@ -21,8 +21,10 @@ processes that held it; a run whose driver died holds it until it ends.
 """
 
 import concurrent.futures
+import glob
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -441,11 +443,25 @@ def _run_on_ray(pending: Sequence[RunSpec], address: str, workers: Optional[int]
 
 
 def load_results(out: str) -> List[Dict[str, Any]]:
-    """Every finished run's ``result.json`` in the grid folder ``out``."""
+    """Every finished run's result in the grid folder ``out``: the ``result.json`` of each run's own folder,
+    ``runs/<environment>/<task>/<algorithm>/seed_<seed>/``. Files of that name elsewhere (in a copy of a run's
+    folder such as ``seed_0.old``, or written by a script below its attempt) are not results of the grid.
+
+    Raises:
+        ValueError: a run's folder holds the result of another run (its fields name other folders).
+    """
     results = []
-    for root, _, files in os.walk(os.path.join(out, "runs")):
-        if RESULT_FILE in files:
-            with open(os.path.join(root, RESULT_FILE)) as file:
-                results.append(json.load(file))
+    runs = os.path.join(out, "runs")
+    for path in sorted(glob.glob(os.path.join(glob.escape(runs), "*", "*", "*", "seed_*", RESULT_FILE))):
+        folder = os.path.relpath(os.path.dirname(path), runs).split(os.sep)
+        if not re.fullmatch(r"seed_-?\d+", folder[-1]):
+            continue  # a copy of a run's folder, not a run's
+        with open(path) as file:
+            result = json.load(file)
+        named = [str(result.get(key)) for key in ("environment", "task", "algorithm")] + [f"seed_{result.get('seed')}"]
+        if named != folder:
+            raise ValueError(f"{path} names the run {'/'.join(named)}, not the run of its folder: move it to its "
+                             "own run's folder, or out of runs/")
+        results.append(result)
     return sorted(results, key=lambda result: (result["environment"], result["task"], result["algorithm"],
                                                result["seed"]))

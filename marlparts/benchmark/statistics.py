@@ -218,12 +218,12 @@ def probability_of_improvement(scores: Mapping[str, np.ndarray], *, repetitions:
     library, metrics = _rliable()
     np.random.seed(seed)
     names = sorted(scores)
-    pairs = {f"{x},{y}": (scores[x], scores[y]) for x in names for y in names if x != y}
+    pairs = {(x, y): (scores[x], scores[y]) for x in names for y in names if x != y}  # keyed by the names' tuple
     if not pairs:
         return []
     points, intervals = library.get_interval_estimates(pairs, metrics.probability_of_improvement, reps=repetitions)
-    return [{"algorithm": pair.split(",")[0], "over": pair.split(",")[1], "value": float(points[pair]),
-             "low": float(np.ravel(intervals[pair])[0]), "high": float(np.ravel(intervals[pair])[1])} for pair in pairs]
+    return [{"algorithm": x, "over": y, "value": float(points[(x, y)]), "low": float(np.ravel(intervals[(x, y)])[0]),
+             "high": float(np.ravel(intervals[(x, y)])[1])} for x, y in pairs]
 
 
 def curve_intervals(returns: np.ndarray, *, repetitions: int = 1000, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
