@@ -213,3 +213,37 @@ def test_teams_at_different_steps_are_evaluated_once_per_step(tmp_path):
         trainer.train()
     with open(os.path.join(pair.experiment_dir, "evaluations.jsonl")) as file:
         assert [json.loads(line)["timestep"] for line in file] == [8, 12, 16, 20]
+
+
+def test_a_resumed_run_trains_on_episodes_it_has_not_seen_and_a_fresh_run_starts_on_the_env_s_own_seeds(tmp_path):
+    """The training copies of a run that goes on from a checkpoint are reset with seeds of the step it goes on from,
+    not the env's own seeds again: those would replay the episodes the run began with at every resume."""
+    from mpe2 import simple_spread_v3
+
+    def spread():
+        return wrap_env(lambda: simple_spread_v3.parallel_env(N=3, max_cycles=10), num_envs=2, seed=0)
+
+    first_observations = []
+
+    def train(agent, env, steps):
+        reset = env.reset
+
+        def spied_reset(seed=None):
+            observations, infos = reset(seed=seed)
+            first_observations.append(observations["agent_0"].clone())
+            return observations, infos
+        env.reset = spied_reset
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
+
+    env = spread()
+    agent = named_agent(env, tmp_path)
+    train(agent, env, 20)
+    path = os.path.join(str(tmp_path), "at_20.pt")
+    agent.save(path)
+    resumed_env = spread()
+    resumed = named_agent(resumed_env, tmp_path)
+    resumed.load(path)
+    train(resumed, resumed_env, 20)
+    fresh, _ = spread().reset()
+    assert first_observations[0].equal(fresh["agent_0"])  # a fresh run: the env's own seeds, as before
+    assert not first_observations[1].equal(first_observations[0])

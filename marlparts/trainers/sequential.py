@@ -106,7 +106,7 @@ class SequentialTrainer(Trainer):
         try:
             for timestep in range(start, end):
                 if self._training_state is None:
-                    self._reset_training_env()
+                    self._reset_training_env(timestep)
                 observations, states, infos = self._training_state
                 clock = [time.perf_counter()]
                 for agent in self.agents:
@@ -151,14 +151,17 @@ class SequentialTrainer(Trainer):
             if self.cfg["close_environment_at_exit"]:
                 self._close_environments()
 
-    def _reset_training_env(self) -> None:
-        """Reset the training copies, the episodes in progress (if any) cut first. The first reset
-        uses the env's own seeds; a later one (after an evaluation on this env) draws new ones from
-        the run's seed, so training goes on with episodes it has not seen.
+    def _reset_training_env(self, timestep: int) -> None:
+        """Reset the training copies at ``timestep``, the episodes in progress (if any) cut first. A run's
+        first reset at step 0 uses the env's own seeds; any other (after an evaluation on this env, or
+        in a run that goes on from a checkpoint) draws new ones from the run's seed, the step and the
+        resets so far, so training goes on with episodes it has not seen rather than replaying the
+        episodes the run began with.
         """
         for agent in self.agents:
             agent.cut_episodes()
-        seed = derived_seed(self.env.seed, TRAINING_STREAM, self._training_resets) if self._training_resets else None
+        fresh_start = timestep == 0 and self._training_resets == 0
+        seed = None if fresh_start else derived_seed(self.env.seed, TRAINING_STREAM, timestep, self._training_resets)
         self._training_resets += 1
         observations, infos = self.env.reset(seed=seed)
         self._training_state = (observations, self.env.state(), infos)
