@@ -380,3 +380,43 @@ def test_n_step_returns_are_refused_where_the_targets_are_one_step():
     env = wrap_env(lambda: ContinuousEnv(), num_envs=2)
     with pytest.raises(ValueError, match=r"MADDPG.*n_step.*QMIX and VDN"):
         build(env, cfg={"n_step": 3})
+
+
+def test_a_sampled_evaluation_with_ornstein_uhlenbeck_noise_repeats_itself():
+    """The evaluation's noise process starts afresh at every evaluation, as its env copies do: two sampled
+    evaluations of the same agent give the same episodes."""
+    env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
+    exploration = {"noise": OrnsteinUhlenbeckNoise, "noise_kwargs": {}, "initial_scale": 1.0, "final_scale": 1.0,
+                   "timesteps": None}
+    agent = build(env, cfg={"exploration": exploration, "learning_starts": 100})
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"eval_actions": "sampled", "eval_num_envs": 2,
+                                                           "disable_progressbar": True})
+    first, second = trainer.eval(episodes=4), trainer.eval(episodes=4)
+    assert first["teams"] == second["teams"]
+
+
+def test_the_evaluation_noise_restarts_in_a_copy_whose_episode_ended_and_goes_on_in_the_others():
+    """A random walk (theta 0) through a policy that outputs zeros: the actions are the walk itself. Where the
+    step's infos say a copy's episode ended, its walk starts again from the mean."""
+    env = wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
+    exploration = {"noise": OrnsteinUhlenbeckNoise, "noise_kwargs": {"theta": 0.0, "sigma": 0.01},
+                   "initial_scale": 1.0, "final_scale": 1.0, "timesteps": None}
+    agent = build(env, cfg={"exploration": exploration, "learning_starts": 100})
+    agent.init()
+    with torch.no_grad():
+        for model in agent.distinct_models():
+            for parameter in model.parameters():
+                parameter.zero_()
+    agent.set_mode("eval")
+    agent.stochastic_evaluation = True  # sampled evaluation
+    observations, infos = env.reset(seed=0)
+    going_on = {"episode_end": torch.tensor([False, False])}
+    with torch.no_grad():  # as the trainer acts
+        before = [agent.act(observations, None, going_on, 0, 1)[env.possible_agents[0]] for _ in range(3)][-1]
+        torch.manual_seed(5)
+        ended = {"episode_end": torch.tensor([True, False])}
+        after = agent.act(observations, None, ended, 0, 1)[env.possible_agents[0]]
+    torch.manual_seed(5)
+    increments = 0.01 * torch.randn(2, len(env.possible_agents), 2)[:, 0]  # (copies, agents, action): the first agent
+    assert after[0] == pytest.approx(increments[0].tolist(), abs=1e-6)  # restarted from 0
+    assert after[1] == pytest.approx((before[1] + increments[1]).tolist(), abs=1e-6)  # went on

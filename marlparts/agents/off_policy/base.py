@@ -200,14 +200,29 @@ class OffPolicyMultiAgent(MultiAgent):
         """Whether this training step takes uniformly random actions (the first ``random_timesteps`` stored steps)."""
         return self.training and self.recorded_steps < self.cfg["random_timesteps"]
 
-    def _evaluation_noise(self, group: AgentGroup) -> Optional[Noise]:
-        """A noise of the group's kind for stochastic evaluation, apart from the training one (whose state it keeps)."""
+    def set_mode(self, mode: str) -> None:
+        """Switch mode; an evaluation starts new episodes, so its noise processes start afresh (a sampled
+        evaluation repeats itself, and leaves the training noise as it was).
+        """
+        super().set_mode(mode)
+        if mode == "eval":
+            self._evaluation_noises.clear()
+
+    def _evaluation_noise(self, group: AgentGroup, infos: Mapping[str, Any]) -> Optional[Noise]:
+        """A noise of the group's kind for stochastic evaluation, apart from the training one (whose state it
+        keeps), restarted in the copies whose episode ended at the last step (``infos["episode_end"]``), as the
+        training noise is.
+        """
         index = self.groups.index(group)
         if index not in self._evaluation_noises:
             self._evaluation_noises[index] = None if group.noise is None else copy.deepcopy(group.noise)
             if group.noise is not None:
                 self._evaluation_noises[index].reset()
-        return self._evaluation_noises[index]
+        noise = self._evaluation_noises[index]
+        episode_end = (infos or {}).get("episode_end")
+        if noise is not None and episode_end is not None:
+            noise.reset(episode_end.reshape(-1, 1).bool().expand(-1, group.size))
+        return noise
 
     # ----------------------------------------------------------------------------- storage
     def record_transition(self, *, observations: Mapping[str, torch.Tensor], states: Optional[torch.Tensor],

@@ -168,7 +168,7 @@ class MADDPG(OffPolicyMultiAgent):
                 if random:
                     chosen = low + torch.rand_like(output) * (high - low)
                 else:
-                    noise = group.noise if self.training else self._evaluation_noise(group)
+                    noise = group.noise if self.training else self._evaluation_noise(group, infos)
                     chosen = output + scale * noise.sample(output.shape) if explore and noise is not None else output
                     chosen = torch.max(torch.min(chosen, high), low)
             actions.update(unstack_agents(chosen, group.uids))
