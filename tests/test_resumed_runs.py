@@ -199,20 +199,30 @@ def test_within_a_run_folder_the_step_decides_whatever_the_files_times(tmp_path)
     assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "run" / "checkpoints" / "agent_12.pt")
 
 
-def test_teams_at_different_steps_are_evaluated_once_per_step(tmp_path):
+def test_teams_at_different_steps_are_evaluated_once_per_step_each_on_its_own_step_count(tmp_path):
+    """A team that goes on from a checkpoint beside a new one: one evaluation per step serves both, and each
+    team's learning curve, and its schedules (entropy annealing), count its own steps."""
     env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
     pair = build_mappo(env, rollouts=4, directory=str(tmp_path), uids=["agent_0", "agent_1"],
                        cfg={"experiment": {"experiment_name": "pair"}})
     pair.timestep = 8  # a team that goes on from a checkpoint of step 8 beside a new one
     solo = build_mappo(env, rollouts=4, directory=str(tmp_path), uids=["agent_2"], algorithm="ippo",
-                       cfg={"experiment": {"experiment_name": "solo"}})
+                       cfg={"experiment": {"experiment_name": "solo"}, "final_entropy_loss_scale": 0.0,
+                            "entropy_annealing_timesteps": 16})
     trainer = SequentialTrainer(env=env, agents=[pair, solo], cfg={
         "timesteps": INTERVAL, "eval_interval": INTERVAL, "eval_at_start": True, "eval_episodes": 2,
         "disable_progressbar": True})
-    for _ in range(3):
+    trainer.train()
+    assert solo.timestep == 4 and solo.annealing_progress == pytest.approx(4 / 16)  # its update at its own step 3
+    for _ in range(2):
         trainer.train()
-    with open(os.path.join(pair.experiment_dir, "evaluations.jsonl")) as file:
-        assert [json.loads(line)["timestep"] for line in file] == [8, 12, 16, 20]
+    for agent, steps in ((pair, [8, 12, 16, 20]), (solo, [0, 4, 8, 12])):
+        with open(os.path.join(agent.experiment_dir, "evaluations.jsonl")) as file:
+            points = [json.loads(line) for line in file]
+        assert [point["timestep"] for point in points] == steps
+        assert [point["env_steps"] for point in points] == [2 * step for step in steps]  # 2 copies
+        with open(os.path.join(agent.experiment_dir, "evaluation.json")) as file:
+            assert json.load(file)["timestep"] == steps[-1]
 
 
 def test_a_resumed_run_trains_on_episodes_it_has_not_seen_and_a_fresh_run_starts_on_the_env_s_own_seeds(tmp_path):

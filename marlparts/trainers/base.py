@@ -255,15 +255,15 @@ class Trainer:
             raise ValueError(f"no algorithm controls agent(s) {uncontrolled}, and no opponent plays them")
 
     def _act(self, observations: Any, states: Any, infos: Any, timestep: int, timesteps: int, *,
-             opponents: Optional[Opponents] = None) -> Dict[str, torch.Tensor]:
+             opponents: Optional[Opponents] = None, lags: Optional[Sequence[int]] = None) -> Dict[str, torch.Tensor]:
         """Every algorithm's actions, then the fixed policies' (``opponents``, by default the trainer's) in
-        their seats.
+        their seats. ``lags``: how many steps each algorithm's own step count is behind ``timestep`` (none).
         """
         opponents = opponents or self.opponents
         actions: Dict[str, torch.Tensor] = {}
         with torch.no_grad():
-            for agent in self.agents:
-                actions.update(agent.act(observations, states, infos, timestep, timesteps))
+            for agent, lag in zip(self.agents, lags or [0] * len(self.agents)):
+                actions.update(agent.act(observations, states, infos, timestep - lag, timesteps - lag))
             if opponents is not None:
                 actions.update(opponents.act(observations, states, infos, timestep, timesteps))
         return actions

@@ -8,6 +8,7 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
 import numpy as np
 import torch
 
+from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import TRAINER_CONFIG_RANGES, EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import TEAM_RETURNS, collect_episodes, learning_curve_point, summarise
@@ -95,6 +96,9 @@ class SequentialTrainer(Trainer):
             agent.set_mode("train")
         start = max(agent.timestep for agent in self.agents)
         end = start + steps
+        # each algorithm's steps are counted by its own counter: a team that goes on from a checkpoint beside a new
+        # one is ahead of it, and the loop's step less an algorithm's lag is that algorithm's own step
+        lags = [start - agent.timestep for agent in self.agents]
         eval_interval = int(self.cfg["eval_interval"])
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
@@ -109,18 +113,18 @@ class SequentialTrainer(Trainer):
                     self._reset_training_env(timestep)
                 observations, states, infos = self._training_state
                 clock = [time.perf_counter()]
-                for agent in self.agents:
-                    agent.pre_interaction(timestep, end)
-                actions = self._act(observations, states, infos, timestep, end)
+                for agent, lag in zip(self.agents, lags):
+                    agent.pre_interaction(timestep - lag, end - lag)
+                actions = self._act(observations, states, infos, timestep, end, lags=lags)
                 clock.append(time.perf_counter())
                 next_observations, rewards, terminated, truncated, next_infos = env.step(actions)
                 next_states = env.state()
                 clock.append(time.perf_counter())
-                for agent in self.agents:
+                for agent, lag in zip(self.agents, lags):
                     agent.record_transition(observations=observations, states=states, actions=actions,
                                             rewards=rewards, next_observations=next_observations,
                                             next_states=next_states, terminated=terminated, truncated=truncated,
-                                            infos=next_infos, timestep=timestep, timesteps=end)
+                                            infos=next_infos, timestep=timestep - lag, timesteps=end - lag)
                 self._training_state = (next_observations, next_states, next_infos)
                 ends = self.statistics.step(rewards, terminated, truncated, next_infos)
                 if ends.returns.shape[0]:
@@ -130,8 +134,8 @@ class SequentialTrainer(Trainer):
                 if ends.any_dropped:
                     self._episodes_dropped(ends.dropped, ends.dropped_lengths)
                 clock.append(time.perf_counter())
-                for agent in self.agents:
-                    agent.post_interaction(timestep, end)
+                for agent, lag in zip(self.agents, lags):
+                    agent.post_interaction(timestep - lag, end - lag)
                 clock.append(time.perf_counter())
                 self._track_step_times(clock)
                 if eval_interval and (timestep + 1) % eval_interval == 0:
@@ -272,7 +276,9 @@ class SequentialTrainer(Trainer):
             > 0, = 0, < 0), and ``"opponents"`` lists the seats fixed policies played. Where the env carries
             ``info_keys``, ``"env_info"`` gives, per key, each agent's mean over the episodes of the key's
             sum over the episode. The dict is also written to ``evaluation.json``, and its figures appended
-            to ``evaluations.jsonl``, in the experiment folder of each algorithm that played a seat (an
+            to ``evaluations.jsonl``, in the experiment folder of each algorithm that played a seat, each with
+            that algorithm's own ``"timestep"`` and ``"env_steps"`` (a team that went on from a checkpoint
+            beside a new one is ahead of it; the returned dict has the furthest) (an
             evaluation of fixed policies in every seat of an algorithm leaves its files as they were).
         """
         episodes = self.cfg["eval_episodes"] if episodes is None else episodes
@@ -280,6 +286,7 @@ class SequentialTrainer(Trainer):
         env = self._evaluation_env()
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
         timestep = max(agent.timestep for agent in self.agents)
+        lags = [timestep - agent.timestep for agent in self.agents]  # each algorithm acts at its own step
         # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
         seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
         passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
@@ -289,7 +296,8 @@ class SequentialTrainer(Trainer):
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
             reports[actions] = self._evaluation_pass(env, episodes, seed=seed, seats=seats, timestep=timestep,
-                                                     sampled=actions == "sampled", video=video and actions == passes[0])
+                                                     lags=lags, sampled=actions == "sampled",
+                                                     video=video and actions == passes[0])
         report = dict(reports[passes[0]])
         report["actions"] = passes[0]
         if len(passes) > 1:
@@ -300,14 +308,28 @@ class SequentialTrainer(Trainer):
             played = any(uid not in fixed for uid in agent.possible_agents)
             if played and agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) \
                     and is_main_process():
-                write_json_atomically(report, os.path.join(agent.experiment_dir, "evaluation.json"))
-                append_json_line(learning_curve_point(report, team, reports),
+                own = self._at_own_step(agent, report)  # the algorithm's own step (a team may be behind another)
+                write_json_atomically(own, os.path.join(agent.experiment_dir, "evaluation.json"))
+                append_json_line(learning_curve_point(own, team, {actions: self._at_own_step(agent, passed)
+                                                                  for actions, passed in reports.items()}),
                                  os.path.join(agent.experiment_dir, "evaluations.jsonl"))
         self.notify("on_evaluation", report)
         return report
 
+    def _at_own_step(self, agent: MultiAgent, report: Mapping[str, Any]) -> Dict[str, Any]:
+        """``report`` with the step counts of ``agent``'s own steps (those of its passes too)."""
+        own = dict(report, timestep=agent.timestep, env_steps=self._env_steps(agent.timestep))
+        for actions in ("greedy", "sampled"):
+            if isinstance(own.get(actions), Mapping):
+                own[actions] = dict(own[actions], timestep=agent.timestep, env_steps=self._env_steps(agent.timestep))
+        return own
+
+    def _env_steps(self, timestep: int) -> int:
+        """The training env steps of ``timestep`` vectorized steps, every copy and rank counted."""
+        return timestep * self.env.num_envs * rank_and_world_size()[1]
+
     def _evaluation_pass(self, env: MultiAgentEnv, episodes: int, *, seed: Optional[int], seats: Optional[Opponents],
-                         timestep: int, sampled: bool, video: bool) -> Dict[str, Any]:
+                         timestep: int, lags: List[int], sampled: bool, video: bool) -> Dict[str, Any]:
         """One pass of ``episodes`` evaluation episodes with greedy or ``sampled`` actions, and its report.
 
         The pass draws its random numbers from PyTorch generators of its own, seeded from ``seed``: an
@@ -326,7 +348,7 @@ class SequentialTrainer(Trainer):
                     torch.manual_seed(sampling_seed)
                 collected = collect_episodes(
                     env, lambda observations, states, infos: self._act(observations, states, infos, timestep, timestep,
-                                                                       opponents=seats),
+                                                                       opponents=seats, lags=lags),
                     episodes, seed=seed, record_video=video)
         finally:
             torch.set_grad_enabled(grad_enabled)  # an interrupt inside a switch of grad mode may leave it off
@@ -342,10 +364,10 @@ class SequentialTrainer(Trainer):
         report = summarise(returns, lengths, env.possible_agents, {team: uids for team, uids in teams.items() if uids},
                            timestep, outcomes=bool(getattr(env, "turn_based", False)), env_info=env_info,
                            team_return=self.cfg["team_return"])
-        report["env_steps"] = timestep * self.env.num_envs * rank_and_world_size()[1]
+        report["env_steps"] = self._env_steps(timestep)
         report["opponents"] = list(fixed)
         if collected.frames is not None:
-            report["videos"] = self._write_videos(collected.frames, timestep)
+            report["videos"] = self._write_videos(collected.frames)
         return report
 
     def _evaluation_opponents(self, env: MultiAgentEnv, opponents: Optional[Mapping[str, Any]],
@@ -365,17 +387,19 @@ class SequentialTrainer(Trainer):
         merged.update(opponents or {})
         return merged
 
-    def _write_videos(self, frames: np.ndarray, timestep: int) -> List[str]:
-        """Save ``frames`` in each algorithm's experiment folder and send them to its trackers."""
+    def _write_videos(self, frames: np.ndarray) -> List[str]:
+        """Save ``frames`` in each algorithm's experiment folder, named by its own step, and send them to its
+        trackers.
+        """
         fps, extension = float(self.cfg["video_fps"]), str(self.cfg["video_format"]).lower()
         paths = []
         for agent in self.agents:
             if agent.experiment_dir is None:
                 continue
-            paths.append(save_video(frames, os.path.join(agent.experiment_dir, "videos", f"eval_{timestep}.{extension}"),
-                                    fps=fps))
+            paths.append(save_video(frames, os.path.join(agent.experiment_dir, "videos",
+                                                         f"eval_{agent.timestep}.{extension}"), fps=fps))
             if agent.tracker is not None:
-                agent.tracker.write_video("Evaluation / video", frames, fps, timestep)
+                agent.tracker.write_video("Evaluation / video", frames, fps, agent.timestep)
         return paths
 
     def _close_environments(self) -> None:
