@@ -4,6 +4,7 @@ marl-eval's layout with rliable's statistics and figures.
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -433,12 +434,14 @@ def test_the_probability_of_improvement_keeps_every_pair_apart_whatever_the_name
 
 
 @pytest.mark.parametrize("field", ["algorithm", "environment", "tasks"])
-@pytest.mark.parametrize("name", ["A,B", "a/b", ".."])
+@pytest.mark.parametrize("name", ["A,B", "a/b", "..", "", ".hidden", "task.", "task "])
 def test_a_grid_name_that_cannot_be_a_folder_or_a_marl_eval_key_is_refused(field, name):
     """Names become folders (``runs/<environment>/<task>/<algorithm>``) and marl-eval keys, which refuse commas."""
-    cell = {"algorithm": "A", "environment": "e", "tasks": ["t"], "function": "a:b", field: name}
+    cell = {"algorithm": "A", "environment": "e", "tasks": ["t"], "function": "a:b",
+            field: [name] if field == "tasks" else name}
     grid = Grid.from_dict({"timesteps": 10, "cells": [cell]})
-    with pytest.raises(ValueError, match=f"{'task' if field == 'tasks' else field} {name!r}"):
+    named = f"{'task' if field == 'tasks' else field} {re.escape(repr(name))}"
+    with pytest.raises(ValueError, match=named if name or field == "tasks" else f"'{field}' is missing"):
         grid.runs()
 
 

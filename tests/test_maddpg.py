@@ -420,3 +420,18 @@ def test_the_evaluation_noise_restarts_in_a_copy_whose_episode_ended_and_goes_on
     increments = 0.01 * torch.randn(2, len(env.possible_agents), 2)[:, 0]  # (copies, agents, action): the first agent
     assert after[0] == pytest.approx(increments[0].tolist(), abs=1e-6)  # restarted from 0
     assert after[1] == pytest.approx((before[1] + increments[1]).tolist(), abs=1e-6)  # went on
+
+
+def test_an_agent_in_eval_mode_acts_on_another_number_of_copies_with_its_evaluation_noise():
+    exploration = {"noise": OrnsteinUhlenbeckNoise, "noise_kwargs": {}, "initial_scale": 1.0, "final_scale": 1.0,
+                   "timesteps": None}
+    envs = [wrap_env(lambda: ContinuousEnv(max_steps=5, leave_at=99), num_envs=copies, seed=0) for copies in (2, 1)]
+    agent = build(envs[0], cfg={"exploration": exploration, "learning_starts": 100})
+    agent.init()
+    agent.set_mode("eval")
+    agent.stochastic_evaluation = True
+    with torch.no_grad():
+        for env in envs:
+            observations, infos = env.reset(seed=0)
+            actions = agent.act(observations, None, infos, 0, 1)
+            assert actions[env.possible_agents[0]].shape[0] == env.num_envs

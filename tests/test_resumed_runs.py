@@ -257,3 +257,41 @@ def test_a_resumed_run_trains_on_episodes_it_has_not_seen_and_a_fresh_run_starts
     fresh, _ = spread().reset()
     assert first_observations[0].equal(fresh["agent_0"])  # a fresh run: the env's own seeds, as before
     assert not first_observations[1].equal(first_observations[0])
+
+
+def test_a_fresh_run_reseeds_its_training_copies_after_an_evaluation_on_them_by_its_reset_count():
+    """A run from step 0 that evaluates on its training copies resets them with the env's own seeds first, then
+    with seeds drawn by the count of resets (the seeds its episodes have always had)."""
+    from marlparts.trainers.sequential import TRAINING_STREAM
+    from marlparts.utils.seeding import derived_seed
+
+    env = wrap_env(CountingEnv(max_steps=5, leave_at=99), seed=3)  # one instance: no separate evaluation copies
+    agent = build_mappo(env, rollouts=4)
+    seeds = []
+    reset = env.reset
+
+    def spied_reset(seed=None, **kwargs):
+        seeds.append(seed)
+        return reset(seed=seed, **kwargs)
+    env.reset = spied_reset
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 8, "eval_interval": 4, "eval_episodes": 1,
+                                                           "disable_progressbar": True})
+    trainer.train()
+    training = [seed for seed in seeds if seed is None or seed in {derived_seed(3, TRAINING_STREAM, n) for n in (1, 2)}]
+    assert training == [None, derived_seed(3, TRAINING_STREAM, 1)]
+
+
+def test_teams_whose_steps_differ_off_the_evaluation_grid_are_refused_naming_their_steps(tmp_path):
+    env = wrap_env(lambda: CountingEnv(max_steps=5, leave_at=99), num_envs=2, seed=0)
+    pair = build_mappo(env, rollouts=4, directory=str(tmp_path), uids=["agent_0", "agent_1"],
+                       cfg={"experiment": {"experiment_name": "pair"}})
+    pair.timestep = 6  # 6 steps ahead of the new team: its evaluations at 8, 12 would be the new one's 2, 6
+    solo = build_mappo(env, rollouts=4, directory=str(tmp_path), uids=["agent_2"], algorithm="ippo",
+                       cfg={"experiment": {"experiment_name": "solo"}})
+    trainer = SequentialTrainer(env=env, agents=[pair, solo], cfg={
+        "timesteps": INTERVAL, "eval_interval": INTERVAL, "eval_at_start": True, "eval_episodes": 2,
+        "disable_progressbar": True})
+    with pytest.raises(ValueError, match=r"at step 6, .* at step 0\) differ by other than a multiple of "
+                                         r"cfg\['eval_interval'\] \(4\)"):
+        trainer.train()
+    assert pair.timestep == 6 and solo.timestep == 0

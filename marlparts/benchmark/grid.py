@@ -95,8 +95,9 @@ def _name_problem(name: str) -> Optional[str]:
     """Why ``name`` cannot name an algorithm, environment or task, or None: each is a folder of the run's path
     (``runs/<environment>/<task>/<algorithm>/``) and a key of marl-eval's layout, whose loaders refuse commas.
     """
-    if name in (".", "..") or "/" in name or "\\" in name:
-        return "cannot be a folder's name (no '/' or '\\', not '.' or '..')"
+    if not name.strip() or name.startswith(".") or name.endswith((".", " ")) or "/" in name or "\\" in name:
+        return ("cannot be a folder's name on every system (not empty, no '/' or '\\', no '.' first, no '.' or "
+                "space last)")
     if "," in name:
         return "holds a comma, which marl-eval's layout does not allow in names"
     return None

@@ -452,7 +452,8 @@ def load_results(out: str) -> List[Dict[str, Any]]:
     """
     results = []
     runs = os.path.join(out, "runs")
-    for path in sorted(glob.glob(os.path.join(glob.escape(runs), "*", "*", "*", "seed_*", RESULT_FILE))):
+    for path in sorted(glob.glob(os.path.join(glob.escape(runs), "*", "*", "*", "seed_*", RESULT_FILE),
+                                  include_hidden=True)):
         folder = os.path.relpath(os.path.dirname(path), runs).split(os.sep)
         if not re.fullmatch(r"seed_-?\d+", folder[-1]):
             continue  # a copy of a run's folder, not a run's

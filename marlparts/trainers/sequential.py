@@ -81,6 +81,7 @@ class SequentialTrainer(Trainer):
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
         self._training_resets = 0
+        self._first_reset_step: Optional[int] = None  # the step of this trainer's first reset of the training env
         # recent episode returns of each agent, shown per seat for turn-based games
         self._recent_seats: Dict[str, Deque[float]] = {uid: collections.deque(maxlen=100)
                                                        for uid in env.possible_agents} if env.turn_based else {}
@@ -100,6 +101,11 @@ class SequentialTrainer(Trainer):
         # one is ahead of it, and the loop's step less an algorithm's lag is that algorithm's own step
         lags = [start - agent.timestep for agent in self.agents]
         eval_interval = int(self.cfg["eval_interval"])
+        if eval_interval and any(lag % eval_interval for lag in lags):
+            steps_of = ", ".join(f"{team} at step {agent.timestep}" for team, agent in zip(self.teams, self.agents))
+            raise ValueError(f"the algorithms' step counts ({steps_of}) differ by other than a multiple of "
+                             f"cfg['eval_interval'] ({eval_interval}): one evaluation serves them all, so it cannot "
+                             "fall on each one's evaluation steps")
         recent: List[Deque[float]] = [collections.deque(maxlen=100) for _ in self.agents]
         began = time.perf_counter()
         self._stop_requested = False
@@ -157,15 +163,19 @@ class SequentialTrainer(Trainer):
 
     def _reset_training_env(self, timestep: int) -> None:
         """Reset the training copies at ``timestep``, the episodes in progress (if any) cut first. A run's
-        first reset at step 0 uses the env's own seeds; any other (after an evaluation on this env, or
-        in a run that goes on from a checkpoint) draws new ones from the run's seed, the step and the
-        resets so far, so training goes on with episodes it has not seen rather than replaying the
-        episodes the run began with.
+        first reset at step 0 uses the env's own seeds; a later one (after an evaluation on this env)
+        draws new ones from the run's seed and the resets so far. A run that goes on from a checkpoint
+        draws every reset's seeds from the run's seed, the step it went on from and the resets so far,
+        so it trains on episodes it has not seen rather than replaying the episodes the run began with.
         """
         for agent in self.agents:
             agent.cut_episodes()
-        fresh_start = timestep == 0 and self._training_resets == 0
-        seed = None if fresh_start else derived_seed(self.env.seed, TRAINING_STREAM, timestep, self._training_resets)
+        if self._first_reset_step is None:
+            self._first_reset_step = timestep
+        if self._first_reset_step == 0:  # a run from its start: the env's own seeds, then seeds by reset count
+            seed = derived_seed(self.env.seed, TRAINING_STREAM, self._training_resets) if self._training_resets else None
+        else:  # a run that went on from a checkpoint: seeds of the step it went on from
+            seed = derived_seed(self.env.seed, TRAINING_STREAM, self._first_reset_step, self._training_resets)
         self._training_resets += 1
         observations, infos = self.env.reset(seed=seed)
         self._training_state = (observations, self.env.state(), infos)

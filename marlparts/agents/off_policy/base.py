@@ -221,7 +221,11 @@ class OffPolicyMultiAgent(MultiAgent):
         noise = self._evaluation_noises[index]
         episode_end = (infos or {}).get("episode_end")
         if noise is not None and episode_end is not None:
-            noise.reset(episode_end.reshape(-1, 1).bool().expand(-1, group.size))
+            state = getattr(noise, "state", None)
+            if state is not None and state.shape[0] != episode_end.numel():
+                noise.reset()  # other env copies than the process ran on: it starts afresh on these
+            else:
+                noise.reset(episode_end.reshape(-1, 1).bool().expand(-1, group.size))
         return noise
 
     # ----------------------------------------------------------------------------- storage
