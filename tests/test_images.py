@@ -1,5 +1,8 @@
 """Image observations: the SuperSuit preprocessing that docs/images.rst shows, through wrap_env into a cnn policy."""
 
+import importlib.util
+import pathlib
+
 import gymnasium
 import numpy as np
 import pytest
@@ -29,7 +32,7 @@ def test_pistonball_preprocessed_by_supersuit_reaches_a_cnn_policy_as_the_docs_s
     from pettingzoo.butterfly import pistonball_v6
 
     def make_pistonball():
-        env = pistonball_v6.parallel_env(continuous=False)
+        env = pistonball_v6.parallel_env(continuous=False, render_mode="rgb_array")
         env = supersuit.color_reduction_v0(env, mode="B")
         env = supersuit.resize_v1(env, x_size=84, y_size=84)
         return supersuit.frame_stack_v1(env, 3)
@@ -45,6 +48,34 @@ def test_pistonball_preprocessed_by_supersuit_reaches_a_cnn_policy_as_the_docs_s
     actions, log_prob, _ = policy.act({"observations": observations[uid]})
     assert actions.shape == (2, 1) and torch.isfinite(log_prob).all()
     env.step({agent: policy.act({"observations": observations[agent]})[0] for agent in env.possible_agents})
+    assert_pistons_see_themselves_move(env)
+    env.close()
+
+
+def assert_pistons_see_themselves_move(env):
+    """Every piston moves up for 3 steps: each one's newest frame changes from step to step, and its 3 stacked
+    frames differ from one another (pistonball draws its screen only where a render mode is set; without one
+    every observation is the first frame, whatever the pistons do)."""
+    up = {uid: torch.full((env.num_envs, 1), 2) for uid in env.possible_agents}
+    frames = []
+    for _ in range(3):
+        observations = env.step(up)[0]
+        frames.append(torch.stack([observations[uid].reshape(env.num_envs, 84, 84, 3) for uid in env.possible_agents]))
+    newest = [stack[..., -1].float() for stack in frames]
+    assert all((later - earlier).abs().amax(dim=(2, 3)).gt(0).all() for earlier, later in zip(newest, newest[1:]))
+    assert (frames[-1][..., 0].float() - frames[-1][..., 2].float()).abs().amax(dim=(2, 3)).gt(0).all()
+
+
+def test_the_pixel_example_s_pistons_see_themselves_move():
+    pytest.importorskip("supersuit")
+    pytest.importorskip("pymunk")
+    path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "pettingzoo" / "pistonball_ippo.py"
+    spec = importlib.util.spec_from_file_location("pistonball_ippo", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    env = example.make_env(num_envs=2, seed=0)
+    env.reset()
+    assert_pistons_see_themselves_move(env)
     env.close()
 
 

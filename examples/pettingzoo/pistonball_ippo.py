@@ -66,8 +66,11 @@ class PolicyValue(CategoricalMixin, Model):
 
 
 def make_pistonball(max_cycles: int = MAX_CYCLES):
-    """Pistonball with discrete moves, its frames grey, 84x84, the last 3 stacked (SuperSuit)."""
-    env = pistonball_v6.parallel_env(continuous=False, max_cycles=max_cycles)
+    """Pistonball with discrete moves, its frames grey, 84x84, the last 3 stacked (SuperSuit). Pistonball draws its
+    screen, which the observations are cut from, only where a render mode is set: without one every observation
+    is the first frame, whatever the pistons and the ball do.
+    """
+    env = pistonball_v6.parallel_env(continuous=False, max_cycles=max_cycles, render_mode="rgb_array")
     env = supersuit.color_reduction_v0(env, mode="B")
     env = supersuit.resize_v1(env, x_size=84, y_size=84)
     return supersuit.frame_stack_v1(env, 3)
