@@ -10,7 +10,7 @@ runs the convolutions once instead of twice. The trained pistons are evaluated w
 greedy actions on copies seeded apart from training, next to random actions; ``--evaluations`` adds a
 learning curve (``evaluations.jsonl``, as the benchmark runner reads it) and ``--resume`` goes on from the
 newest checkpoint of a run cut short (``benchmarks/pixels/grid.json`` runs 3 seeds). Training on pixels is
-slow on a CPU (``benchmarks/README.md``: about 17 env steps per second with 4 copies on two cores).
+slow on a CPU (``benchmarks/README.md``: about 14 env steps per second with 4 copies on two cores).
 Run ``python examples/pettingzoo/pistonball_ippo.py --help``.
 """
 
