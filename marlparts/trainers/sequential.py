@@ -95,11 +95,8 @@ class SequentialTrainer(Trainer):
         for agent in self.agents:
             agent.init(self.cfg)
             agent.set_mode("train")
-        start = max(agent.timestep for agent in self.agents)
+        start, lags = self._steps_and_lags()
         end = start + steps
-        # each algorithm's steps are counted by its own counter: a team that goes on from a checkpoint beside a new
-        # one is ahead of it, and the loop's step less an algorithm's lag is that algorithm's own step
-        lags = [start - agent.timestep for agent in self.agents]
         eval_interval = int(self.cfg["eval_interval"])
         if eval_interval and any(lag % eval_interval for lag in lags):
             steps_of = ", ".join(f"{team} at step {agent.timestep}" for team, agent in zip(self.teams, self.agents))
@@ -287,16 +284,15 @@ class SequentialTrainer(Trainer):
             ``info_keys``, ``"env_info"`` gives, per key, each agent's mean over the episodes of the key's
             sum over the episode. The dict is also written to ``evaluation.json``, and its figures appended
             to ``evaluations.jsonl``, in the experiment folder of each algorithm that played a seat, each with
-            that algorithm's own ``"timestep"`` and ``"env_steps"`` (a team that went on from a checkpoint
-            beside a new one is ahead of it; the returned dict has the furthest) (an
-            evaluation of fixed policies in every seat of an algorithm leaves its files as they were).
+            that algorithm's own ``"timestep"`` and ``"env_steps"``, where the returned dict has the furthest
+            algorithm's (a team that went on from a checkpoint beside a new one is ahead of it). An
+            evaluation of fixed policies in every seat of an algorithm leaves its files as they were.
         """
         episodes = self.cfg["eval_episodes"] if episodes is None else episodes
         TRAINER_CONFIG_RANGES["eval_episodes"].check("eval(episodes=)", episodes)
         env = self._evaluation_env()
         video = bool(self.cfg["eval_video"] if video is None else video) and is_main_process()
-        timestep = max(agent.timestep for agent in self.agents)
-        lags = [timestep - agent.timestep for agent in self.agents]  # each algorithm acts at its own step
+        timestep, lags = self._steps_and_lags()  # each algorithm acts at its own step
         # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
         seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
         passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
@@ -320,11 +316,17 @@ class SequentialTrainer(Trainer):
                     and is_main_process():
                 own = self._at_own_step(agent, report)  # the algorithm's own step (a team may be behind another)
                 write_json_atomically(own, os.path.join(agent.experiment_dir, "evaluation.json"))
-                append_json_line(learning_curve_point(own, team, {actions: self._at_own_step(agent, passed)
-                                                                  for actions, passed in reports.items()}),
+                append_json_line(learning_curve_point(own, team, reports),
                                  os.path.join(agent.experiment_dir, "evaluations.jsonl"))
         self.notify("on_evaluation", report)
         return report
+
+    def _steps_and_lags(self) -> Tuple[int, List[int]]:
+        """The furthest algorithm's step, and how far each algorithm's own step count is behind it: each counts
+        its own steps, and a team that goes on from a checkpoint beside a new one is ahead of it.
+        """
+        furthest = max(agent.timestep for agent in self.agents)
+        return furthest, [furthest - agent.timestep for agent in self.agents]
 
     def _at_own_step(self, agent: MultiAgent, report: Mapping[str, Any]) -> Dict[str, Any]:
         """``report`` with the step counts of ``agent``'s own steps (those of its passes too)."""
