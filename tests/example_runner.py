@@ -65,21 +65,21 @@ def run_child(request: Dict, set_by_imports: Dict[str, str]) -> int:
     return 0
 
 
-def serve() -> Optional[int]:
-    """The server loop: one JSON request per line on stdin, one JSON answer per line on the answer channel
-    (``{"pid": ...}`` when the child starts, ``{"returncode": ...}`` when it ends). Returns in a child, with the
-    child's exit status; returns None when stdin closes.
+def serve(preload: Sequence[str] = PRELOADED) -> Optional[int]:
+    """The server loop: imports ``preload``, then reads one JSON request per line on stdin and writes one JSON
+    answer per line on the answer channel (``{"pid": ...}`` when the child starts, ``{"returncode": ...}`` when
+    it ends). Returns in a child, with the child's exit status; returns None when stdin closes.
     """
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing a module prints can reach the answer channel
     before = dict(os.environ)
-    for module in PRELOADED:
+    for module in preload:
         __import__(module)
-    # PyTorch imports several hundred modules lazily at the first optimizer built (about 1.6 s): once, here
-    import torch
+    if "torch" in preload:  # PyTorch imports several hundred modules lazily at the first optimizer built
+        import torch  # (about 1.6 s): once, here
 
-    torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
+        torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))])
     set_by_imports = {name: value for name, value in os.environ.items() if before.get(name) != value}
     answers.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
@@ -103,12 +103,12 @@ def start_up_variables(env: Dict[str, str]) -> Tuple[Tuple[str, str], ...]:
 
 
 class Server:
-    """One server process, started with the given start-up variables."""
+    """One server process, started with the given start-up variables, that imports the modules of ``preload``."""
 
-    def __init__(self, variables: Tuple[Tuple[str, str], ...]) -> None:
+    def __init__(self, variables: Tuple[Tuple[str, str], ...], preload: Sequence[str] = PRELOADED) -> None:
         environment = {"PATH": "/usr/bin:/bin", **dict(variables)}
-        self.process = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, env=environment)
+        self.process = subprocess.Popen([sys.executable, __file__, *preload], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, env=environment)
         ready = self.answer(timeout=120)
         if not ready.get("ready"):
             raise RuntimeError(f"the example server did not start: {ready}")
@@ -136,10 +136,12 @@ class Server:
 
 class ExampleRunner:
     """The test side: runs scripts through a server started with the request's start-up variables (one per
-    distinct set), answering like :func:`subprocess.run` with ``capture_output=True, text=True``.
+    distinct set), answering like :func:`subprocess.run` with ``capture_output=True, text=True``. ``preload``:
+    the modules each server imports before it forks (the examples' heavy imports by default).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, preload: Sequence[str] = PRELOADED) -> None:
+        self.preload = tuple(preload)
         self.folder = tempfile.mkdtemp(prefix="example-runner-")
         self.servers: Dict[Tuple[Tuple[str, str], ...], Server] = {}
         self.runs = 0
@@ -149,7 +151,7 @@ class ExampleRunner:
         """Run ``python argv[0] argv[1:]`` with environment ``env`` in ``cwd``; its status and output."""
         variables = start_up_variables(env)
         if variables not in self.servers:
-            self.servers[variables] = Server(variables)
+            self.servers[variables] = Server(variables, self.preload)
         server = self.servers[variables]
         self.runs += 1
         stdout = os.path.join(self.folder, f"{self.runs}.out")
@@ -173,4 +175,4 @@ class ExampleRunner:
 
 
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(serve(sys.argv[1:] or PRELOADED))

@@ -2,6 +2,8 @@
 
 import os
 
+from example_runner import ExampleRunner
+
 
 def test_a_script_run_through_the_example_runner_reports_its_status_output_and_arguments(tmp_path, example_runner):
     script = tmp_path / "script.py"
@@ -19,7 +21,16 @@ def test_a_script_run_through_the_example_runner_reports_its_status_output_and_a
     assert failed.returncode == 1 and "ValueError: broken" in failed.stderr
 
 
-def test_the_example_runner_honours_start_up_variables_and_draws_fresh_random_numbers(tmp_path, example_runner):
+def test_the_example_runner_honours_start_up_variables_and_draws_fresh_random_numbers(tmp_path):
+    # servers that preload NumPy alone: this test starts three, and what it checks does not need PyTorch
+    example_runner = ExampleRunner(preload=("numpy",))
+    try:
+        check_start_up_variables_and_fresh_random_numbers(tmp_path, example_runner)
+    finally:
+        example_runner.close()
+
+
+def check_start_up_variables_and_fresh_random_numbers(tmp_path, example_runner):
     shadow = tmp_path / "shadow" / "marlparts"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("")
