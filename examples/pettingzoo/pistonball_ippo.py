@@ -94,8 +94,9 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> I
     # minibatches, taken here. Its entropy weight of 0.09 was for continuous moves: on the three discrete moves
     # it held the policy at uniform, so the weight is PPO's usual 0.01 on discrete moves from pixels. The
     # value loss weighs 0.01 against the policy loss: the encoder is shared, and a value loss weighted 0.5
-    # made its features the same for every piston and frame within the first updates (the pistons' values
-    # are alike, as they share one reward), which left the policy blind (benchmarks/pistonball_features.py).
+    # made its features the same for every piston and frame within the first updates (most likely as the
+    # pistons share one reward, so their values differ little), which left the policy blind
+    # (benchmarks/pistonball_features.py).
     # Adam scales each parameter's step, so the value head still learns at the full rate.
     cfg["rollouts"] = 32  # 4 copies x 32 steps x 20 pistons = 2560 samples per update
     cfg["learning_epochs"] = 4
