@@ -10,7 +10,7 @@ runs the convolutions once instead of twice. The trained pistons are evaluated w
 greedy actions on copies seeded apart from training, next to random actions; ``--evaluations`` adds a
 learning curve (``evaluations.jsonl``, as the benchmark runner reads it) and ``--resume`` goes on from the
 newest checkpoint of a run cut short (``benchmarks/pixels/grid.json`` runs 3 seeds). Training on pixels is
-slow on a CPU (``benchmarks/README.md``: about 14 env steps per second with 4 copies on two cores).
+slow on a CPU (``benchmarks/README.md``: about 14 env steps per second on two cores, measured with 4 copies).
 Run ``python examples/pettingzoo/pistonball_ippo.py --help``.
 """
 
@@ -32,7 +32,7 @@ from marlparts.trainers.opponents import random_team
 from marlparts.utils import set_seed
 from marlparts.utils.run_folders import checkpoint_to_resume
 
-NUM_ENVS = 4  # env copies stepped together
+NUM_ENVS = 8  # env copies stepped together
 TIMESTEPS = 100_000  # env steps of training (all copies counted)
 MAX_CYCLES = 125  # steps per episode (pistonball's default)
 DIRECTORY = "runs/pistonball_ippo"
@@ -98,9 +98,13 @@ def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> I
     # pistons share one reward, so their values differ little), which left the policy blind
     # (benchmarks/pistonball_features.py).
     # Adam scales each parameter's step, so the value head still learns at the full rate.
-    cfg["rollouts"] = 32  # 4 copies x 32 steps x 20 pistons = 2560 samples per update
+    # Every piston is rewarded for the ball's progress, which most pistons neither see nor move: each piston's
+    # advantage is mostly the others' doing, so an update needs many frames. 8 copies give each update 256
+    # frames (4 copies gave 128, and 2 of 3 seeds did not learn by 30k env steps); the minibatches stay at 320
+    # samples, so the Adam steps per env step are as many as with 4 copies.
+    cfg["rollouts"] = 32  # 8 copies x 32 steps x 20 pistons = 5120 samples per update
     cfg["learning_epochs"] = 4
-    cfg["mini_batches"] = 8  # 320 samples each
+    cfg["mini_batches"] = 16  # 320 samples each
     cfg["learning_rate"] = 6e-4
     cfg["discount_factor"] = 0.95
     cfg["gae_lambda"] = 0.99
