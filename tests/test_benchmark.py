@@ -61,6 +61,19 @@ def test_function_runs_train_for_real_resume_and_a_failed_run_is_reported_with_i
     assert (tmp_path / "report" / "marl_eval.json").is_file() and not (tmp_path / "report" / "curves_counting.png").exists()
 
 
+def test_the_grid_runner_its_ray_task_and_the_report_import_no_pytorch():
+    """Each run a Ray worker takes imports the runner's task; the report reads JSON files. Neither needs PyTorch
+    (about 2 s to import), which the library's helper modules used to pull in."""
+    import subprocess
+    import sys
+
+    code = ("import sys, marlparts.benchmark, marlparts.benchmark.__main__, marlparts.benchmark.execution; "
+            "print(sorted(name for name in sys.modules if name.split('.')[0] == 'torch')[:3])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_a_grid_runs_on_a_local_ray_instance(tmp_path):
     ray = pytest.importorskip("ray")
     grid = script_grid(tmp_path, ["full", "short"], seeds=(0, 1))  # 2 tasks x 2 seeds; "short" runs fail

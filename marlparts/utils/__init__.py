@@ -1,6 +1,23 @@
-"""Helpers shared by the parts: spaces, seeding, configuration, tracking, per-agent tensors."""
+"""Helpers shared by the parts: spaces, seeding, configuration, tracking, per-agent tensors.
 
-from marlparts.utils.agent_tensors import AgentLayout, AgentTensors, stack_agents, unstack_agents, with_own_actions
-from marlparts.utils.seeding import set_seed
+The names below load their modules (and PyTorch) at first use, so that the parts that need no PyTorch, such as
+the benchmark grid's runner and report (``python -m marlparts.benchmark``), can use :mod:`marlparts.utils.files`
+without importing it: each run a Ray worker takes would otherwise import PyTorch for nothing.
+"""
+
+import importlib
+from typing import Any
+
+_MODULE_OF = {"AgentLayout": "agent_tensors", "AgentTensors": "agent_tensors", "stack_agents": "agent_tensors",
+              "unstack_agents": "agent_tensors", "with_own_actions": "agent_tensors", "set_seed": "seeding"}
 
 __all__ = ["AgentLayout", "AgentTensors", "set_seed", "stack_agents", "unstack_agents", "with_own_actions"]
+
+
+def __getattr__(name: str) -> Any:
+    """One of :data:`__all__`, imported from its module at first use."""
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'marlparts.utils' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"marlparts.utils.{_MODULE_OF[name]}"), name)
+    globals()[name] = value
+    return value

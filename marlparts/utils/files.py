@@ -10,8 +10,6 @@ import os
 import secrets
 from typing import Any, BinaryIO, Callable
 
-import torch
-
 #: errors of a write that found no room: the disk (or the user's quota) is full
 NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
@@ -101,6 +99,8 @@ def write_atomically(path: str, write: Callable[[BinaryIO], None], *, what: str 
 
 def save_atomically(state: Any, path: str, *, what: str = "file") -> None:
     """``torch.save(state, path)`` through a temporary file and a rename (see :func:`write_atomically`)."""
+    import torch  # here, not at the top: the benchmark runner writes its files through this module without PyTorch
+
     write_atomically(path, lambda file: torch.save(state, file), what=what)
 
 
