@@ -21,10 +21,13 @@ def test_readme_quick_start_runs_as_written(tmp_path):
 
 
 def test_docs_build_without_warnings(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(ROOT / "docs"),
-                           str(tmp_path / "html")], capture_output=True, text=True, timeout=600)
+    """Every page read, every docstring imported and every reference resolved without a warning. Sphinx's
+    ``dummy`` builder does all of that and writes nothing: the HTML writing (a third of the build's time) adds no
+    warning of its own to these pages."""
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "dummy",
+                           str(ROOT / "docs"), str(tmp_path / "build")], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert (tmp_path / "html" / "api.html").exists()
+    assert (tmp_path / "build" / ".doctrees" / "api.doctree").exists()
 
 
 def test_every_public_function_and_class_has_a_docstring():

@@ -28,7 +28,7 @@ def run_example(run_script):
 
 @pytest.mark.parametrize("name", ["simple_spread_mappo", "simple_spread_ippo"])
 def test_example_runs_as_it_stands(name, tmp_path, run_example):
-    output = run_example(name, "--timesteps", 800, "--num-envs", 8, "--workers", 2, "--seed", 1, "--episodes", 24,
+    output = run_example(name, "--timesteps", 400, "--num-envs", 8, "--workers", 2, "--seed", 1, "--episodes", 24,
                          "--directory", tmp_path)
     assert "greedy evaluation over 24 episodes: mean return" in output
     checkpoints = list(tmp_path.glob("*/checkpoints/final_agent.pt"))
@@ -43,12 +43,12 @@ def test_off_policy_example_runs_as_it_stands(name, tmp_path, run_example):
 
 def test_example_resumes_from_a_checkpoint_and_evaluates_one(tmp_path, run_example):
     common = ("--num-envs", 8, "--episodes", 16, "--directory", tmp_path)
-    run_example("simple_spread_mappo", "--timesteps", 800, *common)
+    run_example("simple_spread_mappo", "--timesteps", 400, *common)
     (first,) = tmp_path.glob("*/checkpoints/final_agent.pt")
-    resumed = run_example("simple_spread_mappo", "--timesteps", 800, "--checkpoint", first, *common)
+    resumed = run_example("simple_spread_mappo", "--timesteps", 400, "--checkpoint", first, *common)
     assert len(list(tmp_path.iterdir())) == 1, "the resumed run writes into the same experiment folder"
     state = torch.load(first, weights_only=True)  # overwritten by the resumed run's final checkpoint
-    assert state["counters"]["timestep"] == 200  # 2 x 800 env steps over 8 copies
+    assert state["counters"]["timestep"] == 100  # 2 x 400 env steps over 8 copies
     assert "greedy evaluation over 16 episodes" in resumed
     evaluated = run_example("simple_spread_mappo", "--eval", "--checkpoint", first, *common)
     assert "checkpoint:" not in evaluated and "greedy evaluation over 16 episodes" in evaluated
@@ -102,7 +102,7 @@ def test_turn_based_example_trains_by_self_play_and_plays_a_random_player_on_eac
 
 @pytest.mark.parametrize("name, first_team", [("simple_tag_teams", "MAPPO"), ("simple_adversary_teams", "MAPPO")])
 def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(name, first_team, tmp_path, run_example):
-    output = run_example(name, "--timesteps", 800, "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
+    output = run_example(name, "--timesteps", 400, "--num-envs", 8, "--episodes", 8, "--directory", tmp_path)
     checkpoints = sorted(tmp_path.glob("*/checkpoints/final_agent.pt"))
     assert len(checkpoints) == 2 and f"checkpoint of {first_team}" in output
     assert output.count("against a random") + output.count("against random") == 2
@@ -114,7 +114,7 @@ def test_team_example_trains_both_teams_and_plays_each_against_a_random_team(nam
 
 
 def test_heterogeneous_agents_example_runs_as_it_stands(tmp_path, run_example):
-    output = run_example("simple_speaker_listener_mappo", "--timesteps", 800, "--num-envs", 8, "--episodes", 8,
+    output = run_example("simple_speaker_listener_mappo", "--timesteps", 400, "--num-envs", 8, "--episodes", 8,
                          "--directory", tmp_path)
     assert "greedy evaluation over 8 episodes: mean return" in output
     assert "speaker_0" in output and "listener_0" in output and "(random " in output
@@ -128,8 +128,8 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
     def run(*arguments):
         return run_script(script, *arguments)
 
-    trained = run("--timesteps", 1024, *common)
-    assert "trained 1024 env steps" in trained and "zombies killed per agent" in trained and "(random actions:" in trained
+    trained = run("--timesteps", 512, *common)  # 2 updates of 64 steps of the 4 copies
+    assert "trained 512 env steps" in trained and "zombies killed per agent" in trained and "(random actions:" in trained
     (checkpoint,) = tmp_path.glob("*/checkpoints/final_agent.pt")
     evaluated = run("--eval", "--checkpoint", checkpoint, *common)
     assert "trained" not in evaluated and "greedy evaluation over 2 episodes" in evaluated
@@ -137,9 +137,9 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
 
 def test_image_observation_example_runs_as_it_stands(tmp_path, run_script):
     """SISL pursuit's 7x7x3 views through a shared CNN policy and critic (marlparts.models.cnn)."""
-    output = run_script(ROOT / "examples" / "pettingzoo" / "pursuit_ippo.py", "--timesteps", 500, "--num-envs", 2,
+    output = run_script(ROOT / "examples" / "pettingzoo" / "pursuit_ippo.py", "--timesteps", 256, "--num-envs", 2,
                         "--episodes", 2, "--max-cycles", 50, "--directory", tmp_path)
-    assert "trained 500 env steps" in output
+    assert "trained 256 env steps" in output
     assert "evaluation over 2 episodes, return per pursuer: sampled" in output and "(random actions:" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
@@ -159,26 +159,26 @@ def test_pixel_example_runs_as_it_stands(tmp_path, run_script):
     assert (tmp_path / "run_settings.json").is_file()  # --resume recorded the run (it goes on as the LBF examples do)
 
 
-@pytest.mark.parametrize("path, package, copies, options", [
-    ("lbf/foraging_mappo.py", "lbforaging", 8, ()), ("lbf/foraging_ippo.py", "lbforaging", 8, ()),
-    ("lbf/foraging_ia2c.py", "lbforaging", 8, ()), ("lbf/foraging_maa2c.py", "lbforaging", 8, ()),
-    ("rware/warehouse_mappo.py", "rware", 2, ("--max-steps", 100))])  # RWARE's own episodes are 500 steps
-def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, options, tmp_path, run_script):
+@pytest.mark.parametrize("path, package, copies, timesteps, options", [  # 2 updates or more between evaluations
+    ("lbf/foraging_mappo.py", "lbforaging", 8, 800, ()), ("lbf/foraging_ippo.py", "lbforaging", 8, 800, ()),
+    ("lbf/foraging_ia2c.py", "lbforaging", 8, 800, ()), ("lbf/foraging_maa2c.py", "lbforaging", 8, 800, ()),
+    ("rware/warehouse_mappo.py", "rware", 2, 400, ("--max-steps", 50))])  # RWARE's own episodes are 500 steps
+def test_benchmark_protocol_example_runs_as_it_stands(path, package, copies, timesteps, options, tmp_path, run_script):
     """The examples of EPyMARL's tasks evaluate at equal intervals from the start, with sampled and greedy actions,
     and report team returns summed over the agents; each evaluation has its checkpoint, and ``--resume`` goes on
     from the newest."""
     pytest.importorskip(package)
-    arguments = ("--timesteps", 1600, "--num-envs", copies, "--evaluations", 3, "--episodes", copies, *options,
+    arguments = ("--timesteps", timesteps, "--num-envs", copies, "--evaluations", 3, "--episodes", copies, *options,
                  "--directory", tmp_path, "--resume")  # nothing to go on from yet: a fresh start
     output = run_script(ROOT / "examples" / path, *arguments)
-    assert "trained 1600 env steps" in output and f"evaluation over {copies} episodes" in output
+    assert f"trained {timesteps} env steps" in output and f"evaluation over {copies} episodes" in output
     assert "sampled actions" in output and "greedy" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
     (curve,) = tmp_path.glob("*/evaluations.jsonl")
     points = [json.loads(line) for line in curve.read_text().splitlines()]
-    assert [point["env_steps"] for point in points] == [0, 800, 1600, 1600]  # the last one is the final eval()
+    assert [point["env_steps"] for point in points] == [0, timesteps // 2, timesteps, timesteps]  # the last: eval()
     assert all(len(point["sampled"]["episode_returns"]) == copies for point in points)
-    steps = 1600 // copies
+    steps = timesteps // copies
     written = {checkpoint.name for checkpoint in tmp_path.glob("*/checkpoints/agent_*.pt")}
     assert {f"agent_{steps // 2}.pt", f"agent_{steps}.pt"} <= written
     again = run_script(ROOT / "examples" / path, *arguments)  # goes on from the checkpoint of the last step
