@@ -1,14 +1,16 @@
 """Whether the pistonball example's shared encoder keeps seeing the frames as it trains.
 
 Trains the example's agent (``examples/pettingzoo/pistonball_ippo.py``: 4 copies, its PPO settings, with the
-given overrides) update by update, and after each update feeds one fixed batch of observations (20 pistons at
-4 moments of an episode of random moves) through its encoder. It prints and writes, per update: how many of
-the encoder's 512 features are active for some observation, their standard deviation over the batch (mean
-over the features), and how far the move probabilities spread across the batch (max - min of each move's
-probability). An encoder whose features are the same for every piston and frame leaves the policy blind:
+given overrides; the results in ``benchmarks/results`` were taken when the example ran 4 copies with 8
+minibatches of 320 samples: add ``"mini_batches": 8`` to the overrides to repeat them) update by update, and
+after each update feeds one fixed batch of observations (20 pistons at 4 moments of an episode of random
+moves) through its encoder. It prints and writes, per update: how many of the encoder's 512 features are
+active for some observation, their standard deviation over the batch (mean over the features), and how far
+the move probabilities spread across the batch (max - min of each move's probability). An encoder whose
+features are the same for every piston and frame leaves the policy blind:
 every piston then gets the same move probabilities whatever it sees.
 
-    python benchmarks/pistonball_features.py --updates 8 --overrides '{"value_loss_scale": 0.5}' \\
+    python benchmarks/pistonball_features.py --updates 8 --overrides '{"mini_batches": 8, "value_loss_scale": 0.5}' \\
         --output benchmarks/results/pistonball_features_value_0.5_seed_0.json
 """
 
