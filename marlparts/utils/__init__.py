@@ -21,3 +21,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(f"marlparts.utils.{_MODULE_OF[name]}"), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list:
+    """The module's names, those not yet loaded included (for ``dir()`` and completion)."""
+    return sorted(set(globals()) | set(__all__))
