@@ -159,7 +159,7 @@ def test_pixel_example_runs_as_it_stands(tmp_path, run_script):
     assert (tmp_path / "run_settings.json").is_file()  # --resume recorded the run (it goes on as the LBF examples do)
 
 
-@pytest.mark.parametrize("path, package, copies, timesteps, options", [  # 2 updates or more between evaluations
+@pytest.mark.parametrize("path, package, copies, timesteps, options", [  # 1 update or more between evaluations
     ("lbf/foraging_mappo.py", "lbforaging", 8, 800, ()), ("lbf/foraging_ippo.py", "lbforaging", 8, 800, ()),
     ("lbf/foraging_ia2c.py", "lbforaging", 8, 800, ()), ("lbf/foraging_maa2c.py", "lbforaging", 8, 800, ()),
     ("rware/warehouse_mappo.py", "rware", 2, 400, ("--max-steps", 50))])  # RWARE's own episodes are 500 steps
