@@ -6,6 +6,7 @@ without importing it: each run a Ray worker takes would otherwise import PyTorch
 """
 
 import importlib
+import importlib.util
 from typing import Any
 
 _MODULE_OF = {"AgentLayout": "agent_tensors", "AgentTensors": "agent_tensors", "stack_agents": "agent_tensors",
@@ -15,8 +16,12 @@ __all__ = ["AgentLayout", "AgentTensors", "set_seed", "stack_agents", "unstack_a
 
 
 def __getattr__(name: str) -> Any:
-    """One of :data:`__all__`, imported from its module at first use."""
+    """One of :data:`__all__`, imported from its module at first use; or a submodule (``marlparts.utils.seeding``
+    after a bare ``import marlparts.utils``, as the eager imports allowed).
+    """
     if name not in _MODULE_OF:
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f"{__name__}.{name}")
         raise AttributeError(f"module 'marlparts.utils' has no attribute {name!r}")
     value = getattr(importlib.import_module(f"marlparts.utils.{_MODULE_OF[name]}"), name)
     globals()[name] = value
