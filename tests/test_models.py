@@ -283,6 +283,24 @@ def test_cnn_reads_flat_channels_last_rows_as_the_env_s_images():
     assert network.double()(images.flatten(1)).dtype == torch.float64  # the images follow the network's dtype
 
 
+def test_cnn_centres_each_image_on_its_own_mean_so_brightness_does_not_reach_the_filters():
+    """With ``subtract_image_mean`` every channel of every image reaches the first convolution with mean zero, and
+    an image and the same image made brighter by a constant (a lighter background) give the same outputs; the
+    differences between pixels are kept."""
+    torch.manual_seed(0)
+    images = torch.randint(0, 200, (3, 12, 12, 2), dtype=torch.uint8)
+    network = cnn((12, 12, 2), 4, channels=(8,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(),
+                  input_scale=1 / 255, subtract_image_mean=True)
+    first = network[0](images.flatten(1))
+    assert first.mean(dim=(2, 3)).abs().max() < 1e-6
+    scaled = images.permute(0, 3, 1, 2).float() / 255
+    assert torch.allclose(first[1, 0, 4] - first[1, 0, 7], scaled[1, 0, 4] - scaled[1, 0, 7], atol=1e-6)
+    assert torch.allclose(network(images.flatten(1)), network((images + 50).flatten(1)), atol=1e-5)
+    plain = cnn((12, 12, 2), 4, channels=(8,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(), input_scale=1 / 255)
+    plain.load_state_dict(network.state_dict())
+    assert not torch.allclose(plain(images.flatten(1)), plain((images + 50).flatten(1)), atol=1e-3)
+
+
 def test_cnn_names_an_image_too_small_for_its_kernels_and_a_wrong_input():
     with pytest.raises(ValueError, match=r"convolution 0 \(8x8, stride 4\).*7x7"):
         cnn((7, 7, 3), 5)

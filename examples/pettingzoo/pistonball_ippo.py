@@ -51,7 +51,10 @@ class PolicyValue(CategoricalMixin, Model):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.encoder = nn.Sequential(cnn(self.observation_space.shape, 512, hidden_sizes=(), input_scale=1 / 255),
+        # pistonball's frames are nearly white (mean 0.96 after scaling): centred on each frame's mean, the first
+        # convolution's filters stay alive (without it most of them went dark for every frame within 12 updates)
+        self.encoder = nn.Sequential(cnn(self.observation_space.shape, 512, hidden_sizes=(), input_scale=1 / 255,
+                                         subtract_image_mean=True),
                                      nn.ReLU())
         self.policy_head = linear(512, self.num_actions, gain=0.01)
         self.output_layer = linear(512, 1, gain=1.0)  # the values (PopArt rescales this layer)

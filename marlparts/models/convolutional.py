@@ -5,7 +5,8 @@ The algorithms hand a model its observations flattened, one row per agent and co
 built by :func:`cnn` starts with :class:`ImageInput`, which gives each row its image shape back,
 moves the channels first when the env's images are channels-last (PettingZoo's and Gymnasium's
 are), and converts the values to floats scaled by ``input_scale`` (``1 / 255`` for pixels held as
-bytes); convolutions, a flattening and fully connected layers follow.
+bytes), optionally centred on each image's own mean (``subtract_image_mean``); convolutions, a
+flattening and fully connected layers follow.
 """
 
 import math
@@ -30,9 +31,15 @@ class ImageInput(nn.Module):
             ``channels_last``, else ``(channels, height, width)``.
         channels_last: whether the env's images have their channels last.
         input_scale: every value is multiplied by it (``1 / 255`` for pixels in ``[0, 255]``).
+        subtract_image_mean: after scaling, subtract from each channel of each image its mean over the
+            pixels, so a flat background reads as zero whatever its brightness. For bright images (a white
+            background): there every filter of the first convolution sums the same near-constant value, so its
+            weights act together as a bias that Adam moves about as many times as fast as the bias itself as
+            the filter has weights, and the filter's ReLU can go dark for every image within the first updates.
     """
 
-    def __init__(self, image_shape: Sequence[int], *, channels_last: bool = True, input_scale: float = 1.0) -> None:
+    def __init__(self, image_shape: Sequence[int], *, channels_last: bool = True, input_scale: float = 1.0,
+                 subtract_image_mean: bool = False) -> None:
         super().__init__()
         if len(image_shape) != 3:
             layout = "height, width, channels" if channels_last else "channels, height, width"
@@ -41,6 +48,7 @@ class ImageInput(nn.Module):
         self.image_shape = tuple(int(size) for size in image_shape)
         self.channels_last = channels_last
         self.input_scale = input_scale
+        self.subtract_image_mean = subtract_image_mean
         # an empty buffer follows the network's .double() / .half() / .to(dtype): the images take its dtype
         self.register_buffer("dtype_anchor", torch.empty(0), persistent=False)
 
@@ -54,11 +62,16 @@ class ImageInput(nn.Module):
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)
         images = images.to(self.dtype_anchor.dtype)
-        return images * self.input_scale if self.input_scale != 1.0 else images
+        if self.input_scale != 1.0:
+            images = images * self.input_scale
+        if self.subtract_image_mean:
+            images = images - images.mean(dim=(2, 3), keepdim=True)
+        return images
 
     def extra_repr(self) -> str:
         """The settings shown when the network is printed."""
-        return f"image_shape={self.image_shape}, channels_last={self.channels_last}, input_scale={self.input_scale}"
+        return (f"image_shape={self.image_shape}, channels_last={self.channels_last}, input_scale={self.input_scale}, "
+                f"subtract_image_mean={self.subtract_image_mean}")
 
 
 def _orthogonal(layer: nn.Conv2d) -> nn.Conv2d:
@@ -76,7 +89,7 @@ def convolved_size(image_size: Tuple[int, int], kernel_size: int, stride: int) -
 def cnn(image_shape: Sequence[int], output_size: int, *, channels: Sequence[int] = NATURE_CHANNELS,
         kernel_sizes: Sequence[int] = NATURE_KERNEL_SIZES, strides: Sequence[int] = NATURE_STRIDES,
         hidden_sizes: Sequence[int] = (512,), activation: Type[nn.Module] = nn.ReLU, output_gain: float = 1.0,
-        channels_last: bool = True, input_scale: float = 1.0) -> nn.Sequential:
+        channels_last: bool = True, input_scale: float = 1.0, subtract_image_mean: bool = False) -> nn.Sequential:
     """A convolutional network from images to ``output_size`` outputs, by default the Nature-DQN encoder
     (Mnih et al., 2015: 32 8x8 filters at stride 4, 64 4x4 at stride 2, 64 3x3 at stride 1, then 512 units),
     with orthogonal initialisation (gain √2, ``output_gain`` for the last layer) as :func:`mlp` has.
@@ -96,6 +109,8 @@ def cnn(image_shape: Sequence[int], output_size: int, *, channels: Sequence[int]
         output_gain: gain of the last layer (small, e.g. 0.01, for policy logits).
         channels_last: whether the env's images have their channels last.
         input_scale: every input value is multiplied by it first (``1 / 255`` for pixels as bytes).
+        subtract_image_mean: centre each channel of each image on its mean over the pixels (after the scaling);
+            for bright images, whose first-layer filters otherwise go dark (see :class:`ImageInput`).
 
     Raises:
         ValueError: the image is not 3-dimensional, the per-layer lists differ in length, or the image is
@@ -104,7 +119,8 @@ def cnn(image_shape: Sequence[int], output_size: int, *, channels: Sequence[int]
     if not len(channels) == len(kernel_sizes) == len(strides):
         raise ValueError(f"cnn needs one kernel size and one stride per convolution: channels {tuple(channels)}, "
                          f"kernel_sizes {tuple(kernel_sizes)}, strides {tuple(strides)}")
-    image = ImageInput(image_shape, channels_last=channels_last, input_scale=input_scale)
+    image = ImageInput(image_shape, channels_last=channels_last, input_scale=input_scale,
+                       subtract_image_mean=subtract_image_mean)
     in_channels, *size = (image.image_shape[2], *image.image_shape[:2]) if channels_last else image.image_shape
     layers = [image]
     for index, (out_channels, kernel_size, stride) in enumerate(zip(channels, kernel_sizes, strides)):
