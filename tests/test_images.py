@@ -66,16 +66,35 @@ def assert_pistons_see_themselves_move(env):
     assert (frames[-1][..., 0].float() - frames[-1][..., 2].float()).abs().amax(dim=(2, 3)).gt(0).all()
 
 
-def test_the_pixel_example_s_pistons_see_themselves_move():
+def load_pistonball_example():
+    """``examples/pettingzoo/pistonball_ippo.py`` as a module (skips the test without SuperSuit and pymunk)."""
     pytest.importorskip("supersuit")
     pytest.importorskip("pymunk")
     path = pathlib.Path(__file__).resolve().parent.parent / "examples" / "pettingzoo" / "pistonball_ippo.py"
     spec = importlib.util.spec_from_file_location("pistonball_ippo", path)
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def test_the_pixel_example_s_pistons_see_themselves_move_and_its_encoder_centres_the_frames(tmp_path):
+    """The pistons see their own moves (see above); and the example's encoder hands its convolutions each frame
+    centred on its own mean. Pistonball's frames are nearly white: uncentred, every weight of a first-layer filter
+    acted as a bias and the first convolution went dark within the first updates
+    (``benchmarks/pistonball_layer_activity.py``)."""
+    example = load_pistonball_example()
     env = example.make_env(num_envs=2, seed=0)
     env.reset()
     assert_pistons_see_themselves_move(env)
+    stay = {uid: torch.ones(env.num_envs, 1, dtype=torch.long) for uid in env.possible_agents}
+    observations = env.step(stay)[0]
+    frames = torch.cat([observations[uid] for uid in env.possible_agents])
+    assert frames.reshape(-1, 84, 84, 3).float().mean() / 255 > 0.8  # what the convolutions would see uncentred
+    agent = example.make_agent(env, str(tmp_path))
+    first_layer_input = agent.models[env.possible_agents[0]]["policy"].encoder[0][0](frames)
+    assert first_layer_input.shape == (40, 3, 84, 84)
+    assert first_layer_input.mean(dim=(2, 3)).abs().max() < 1e-5
+    assert first_layer_input.std() > 0.05  # the pistons and the ball are still there
     env.close()
 
 
