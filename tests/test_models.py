@@ -297,8 +297,22 @@ def test_cnn_centres_each_image_on_its_own_mean_so_brightness_does_not_reach_the
     assert torch.allclose(first[1, 0, 4] - first[1, 0, 7], scaled[1, 0, 4] - scaled[1, 0, 7], atol=1e-6)
     assert torch.allclose(network(images.flatten(1)), network((images + 50).flatten(1)), atol=1e-5)
     plain = cnn((12, 12, 2), 4, channels=(8,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(), input_scale=1 / 255)
-    plain.load_state_dict(network.state_dict())
+    plain.load_state_dict(network.state_dict(), strict=False)  # the same weights, without centring
     assert not torch.allclose(plain(images.flatten(1)), plain((images + 50).flatten(1)), atol=1e-3)
+
+
+def test_a_cnn_refuses_the_weights_of_one_that_centred_its_images_differently():
+    """ The same weights read images otherwise with and without ``subtract_image_mean``: a checkpoint of one must not
+    load silently into the other (it did, as the setting was no part of the saved state)."""
+    def network(centre):
+        return cnn((12, 12, 2), 4, channels=(8,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(),
+                   subtract_image_mean=centre)
+    with pytest.raises(RuntimeError, match="centred_on_image_mean"):
+        network(True).load_state_dict(network(False).state_dict())
+    with pytest.raises(RuntimeError, match="centred_on_image_mean"):
+        network(False).load_state_dict(network(True).state_dict())
+    network(True).load_state_dict(network(True).state_dict())
+    network(False).load_state_dict(network(False).state_dict())
 
 
 def test_cnn_names_an_image_too_small_for_its_kernels_and_a_wrong_input():

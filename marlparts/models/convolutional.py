@@ -36,6 +36,10 @@ class ImageInput(nn.Module):
             background): there every filter of the first convolution sums the same near-constant value, so its
             weights act together as a bias that Adam moves about as many times as fast as the bias itself as
             the filter has weights, and the filter's ReLU can go dark for every image within the first updates.
+            Each channel's own level is dropped (two images of one uniform colour each read the same). A network
+            that centres holds a one-value buffer ``centred_on_image_mean``, so a checkpoint of a network that did
+            not centre refuses to load into one that does, and the other way round, rather than load and read its
+            images otherwise.
     """
 
     def __init__(self, image_shape: Sequence[int], *, channels_last: bool = True, input_scale: float = 1.0,
@@ -49,6 +53,8 @@ class ImageInput(nn.Module):
         self.channels_last = channels_last
         self.input_scale = input_scale
         self.subtract_image_mean = subtract_image_mean
+        if subtract_image_mean:  # saved with the parameters: a checkpoint tells whether its network centred
+            self.register_buffer("centred_on_image_mean", torch.ones(()))
         # an empty buffer follows the network's .double() / .half() / .to(dtype): the images take its dtype
         self.register_buffer("dtype_anchor", torch.empty(0), persistent=False)
 
