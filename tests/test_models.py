@@ -302,7 +302,7 @@ def test_cnn_centres_each_image_on_its_own_mean_so_brightness_does_not_reach_the
 
 
 def test_a_cnn_refuses_the_weights_of_one_that_centred_its_images_differently():
-    """ The same weights read images otherwise with and without ``subtract_image_mean``: a checkpoint of one must not
+    """The same weights read images otherwise with and without ``subtract_image_mean``: a checkpoint of one must not
     load silently into the other (it did, as the setting was no part of the saved state)."""
     def network(centre):
         return cnn((12, 12, 2), 4, channels=(8,), kernel_sizes=(3,), strides=(1,), hidden_sizes=(),
