@@ -1,17 +1,19 @@
 """A short data-parallel run for the torchrun tests: every rank saves what the test compares.
 
     torchrun --standalone --nproc_per_node=2 distributed_run.py OUT [--different-spaces]
-        [--algorithms mappo happo maddpg]
+        [--algorithms mappo happo maddpg different-spaces]
 
 Each rank trains each algorithm in turn (MAPPO by default) on its own copies of CountingEnv, where every step
-rewards the action taken (0..3, so the best return of a 5-step episode is 15 and random actions score 7.5;
-MADDPG on its continuous twin), then writes its parameters, its preprocessor statistics, its copy seeds and
-the greedy evaluation to OUT/<algorithm>/rank<r>.pt. At its very end (an exit handler registered before the
-process group exists, so it runs after any the library registers) each rank writes to OUT/exit<r>.txt whether
-its process group is still initialised, whether the group object itself was freed, and how many gloo threads
-are still running: a group that something still references outlives destroy_process_group(), and its gloo
-threads, left running into the interpreter's finalisation, can abort the process (a worker thread that drops
-the last reference to a tensor then needs the GIL that is gone).
+rewards the action taken (0..3, so the best return of a 5-step episode is 15 and random actions score 7.5; MADDPG
+on its continuous twin), then writes its parameters, its preprocessor statistics, its copy seeds and the greedy
+evaluation to OUT/<algorithm>/rank<r>.pt. ``different-spaces`` builds MAPPO with one more observation value on rank
+1 than on rank 0 and writes the error each rank raises to OUT/different-spaces/rank<r>.txt; ``--different-spaces``
+gives the MAPPO runs those spaces and lets the error end the process. At its very end (an exit handler registered
+before the process group exists, so it runs after any the library registers) each rank writes to OUT/exit<r>.txt
+whether its process group is still initialised, whether the group object itself was freed, and how many gloo
+threads are still running: a group that something still references outlives destroy_process_group(), and its gloo
+threads, left running into the interpreter's finalisation, can abort the process (a worker thread that drops the
+last reference to a tensor then needs the GIL that is gone).
 """
 
 import argparse
@@ -101,11 +103,24 @@ def train_and_save(algorithm, out, rank, world_size, different_spaces):
                os.path.join(out, f"rank{rank}.pt"))
 
 
+def write_the_error_of_ranks_with_different_spaces(out, rank, world_size):
+    """Build MAPPO with a wider observation on rank 1 and write the error this rank raises (or "no error")."""
+    try:
+        train_and_save("mappo", out, rank, world_size, different_spaces=True)
+    except ValueError as error:
+        message = str(error)
+    else:
+        message = "no error"
+    with open(os.path.join(out, f"rank{rank}.txt"), "w") as file:
+        file.write(message)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--different-spaces", action="store_true")
-    parser.add_argument("--algorithms", "--algorithm", nargs="+", choices=("mappo", "happo", "maddpg"), default=["mappo"],
+    parser.add_argument("--algorithms", "--algorithm", nargs="+", choices=("mappo", "happo", "maddpg", "different-spaces"),
+                        default=["mappo"],
                         help="trained one after the other in one process group, each saved to OUT/<algorithm>")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -115,7 +130,10 @@ def main():
     rank, world_size = init_distributed()
     world_group.append(weakref.ref(torch.distributed.group.WORLD))
     for algorithm in args.algorithms:
-        train_and_save(algorithm, os.path.join(args.out, algorithm), rank, world_size, args.different_spaces)
+        if algorithm == "different-spaces":
+            write_the_error_of_ranks_with_different_spaces(os.path.join(args.out, algorithm), rank, world_size)
+        else:
+            train_and_save(algorithm, os.path.join(args.out, algorithm), rank, world_size, args.different_spaces)
 
 
 if __name__ == "__main__":

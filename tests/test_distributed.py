@@ -31,34 +31,28 @@ def assert_identical_ranks(out):
     return first
 
 
-def test_two_ranks_learn_keep_identical_parameters_and_statistics_and_only_rank_0_writes(tmp_path):
-    """MAPPO: one torchrun serves all three checks (each start of two ranks costs seconds)."""
-    done = torchrun(tmp_path)
+def test_two_ranks_of_mappo_happo_and_maddpg_stay_identical_and_ranks_that_differ_are_a_clear_error(tmp_path):
+    """One torchrun serves every check (each start of two ranks costs seconds): MAPPO, HAPPO (updating the agents
+    in the same order on both ranks) and MADDPG one after the other in one process group, then MAPPO with a
+    different observation space on each rank, which must stop both ranks with an error that names it."""
+    done = torchrun(tmp_path, "--algorithms", "mappo", "happo", "maddpg", "different-spaces")
     assert done.returncode == 0, done.stderr[-3000:]
     first = assert_identical_ranks(tmp_path / "mappo")
     # each step rewards the action (0..3): random actions score 7.5 per 5-step episode, the best policy 15
     assert first["mean_return_before"] < 12 and first["mean_return"] >= 14.5
     folder = tmp_path / "mappo" / "runs" / "run"
     assert (folder / "evaluation.json").exists() and len(list(folder.glob("events.out.tfevents.*"))) == 1
+    assert_identical_ranks(tmp_path / "happo")
+    assert_identical_ranks(tmp_path / "maddpg")
+    for rank in (0, 1):  # each rank raises, naming what differs: neither waits for the other in a collective
+        error = (tmp_path / "different-spaces" / f"rank{rank}.txt").read_text()
+        assert error.startswith("the ranks do not agree on what they train: the observation space of agent_0 is"), error
     # a process group left alive into the interpreter's finalisation can abort a rank at exit (SIGABRT,
     # "terminate called without an active exception": a gloo worker thread drops the last reference to a
     # tensor and needs the GIL that finalisation took away): the library destroys it when the script
-    # ends, and nothing may keep the group object, with its threads, alive past that
+    # ends, and nothing may keep the group object, with its threads, alive past that (an error raised and
+    # handled on the way included)
     assert [(tmp_path / f"exit{rank}.txt").read_text() for rank in (0, 1)] == ["destroyed, freed, 0 gloo threads"] * 2
-
-
-def test_two_happo_and_two_maddpg_ranks_stay_identical_happo_updating_the_agents_in_the_same_order(tmp_path):
-    """Both algorithms in one torchrun, one after the other in one process group (each start costs seconds)."""
-    done = torchrun(tmp_path, "--algorithms", "happo", "maddpg")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert_identical_ranks(tmp_path / "happo")
-    assert_identical_ranks(tmp_path / "maddpg")
-
-
-def test_ranks_with_different_spaces_are_a_clear_error(tmp_path):
-    done = torchrun(tmp_path, "--different-spaces")
-    assert done.returncode != 0
-    assert "the ranks do not agree on what they train: the observation space of agent_0 is" in done.stderr
 
 
 def test_more_nccl_ranks_than_gpus_is_a_clear_error(monkeypatch):
