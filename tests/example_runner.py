@@ -7,16 +7,20 @@ first on ``sys.path``, the environment, the working directory, stdin from ``/dev
 files, NumPy's global generator seeded afresh), runs the script as ``__main__`` and exits through the
 interpreter's normal shutdown, so exit handlers and buffered output behave as in a fresh process. Nothing but
 imports runs in the server before a fork (and one optimizer built, for its lazy imports). Before each fork the
-server moves its objects out of the garbage collector's reach (``gc.freeze()``, the recipe Python's documentation
-gives for forking servers): otherwise the child's collections, the last one at its exit included, would write to
-every object the imports made and copy each memory page they sit on, which took 1.7 s of a child's exit.
+server collects its garbage and moves its live objects out of the collector's reach (``gc.collect()``, then
+``gc.freeze()``, the recipe Python's documentation gives for forking servers): otherwise the child's collections,
+the last one at its exit included, would write to every object the imports made and copy each memory page they
+sit on, about 1.2 of the 1.8 s a child took to exit.
 
 What an interpreter reads only at its start (``PYTHON*`` variables such as ``PYTHONPATH`` or
 ``PYTHONWARNINGS``, thread counts) cannot change in a forked child: :class:`ExampleRunner` keeps one server
 per distinct set of those variables, started with them. What still differs from a fresh interpreter: the
 children of one server share its hash seed (unless ``PYTHONHASHSEED`` is set), the variables that the
 preloaded imports set are in every child's environment, and the preloaded modules are already imported
-(a script that uses ``marlparts.agents`` after a bare ``import marlparts`` would not fail here).
+(a script that uses ``marlparts.agents`` after a bare ``import marlparts`` would not fail here), and the objects
+those imports made are frozen (``gc.freeze``): a cycle of them that the child leaves unreachable is not collected,
+and ``gc.get_objects()`` does not list them. The README's and the docs' code blocks therefore run in fresh
+interpreters (tests/test_docs.py).
 """
 
 import gc
@@ -90,6 +94,7 @@ def serve(preload: Sequence[str] = PRELOADED) -> Optional[int]:
         request = json.loads(line)
         sys.stdout.flush()
         sys.stderr.flush()
+        gc.collect()  # (the server's own garbage is not handed to every child, frozen)
         gc.freeze()
         pid = os.fork()
         if pid == 0:

@@ -7,15 +7,14 @@ import textwrap
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_readme_quick_start_runs_as_written(tmp_path, example_runner):
-    """The first python block of the README, run as ``python quick_start.py`` would (tests/example_runner.py)."""
+def test_readme_quick_start_runs_as_written(tmp_path):
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     assert blocks, "README has no python block"
     script = tmp_path / "quick_start.py"
     script.write_text(blocks[0])
-    done = example_runner.run([script], cwd=tmp_path, timeout=600,
-                              env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "'mean_return':" in done.stdout and "'episodes': 20" in done.stdout
     assert list((tmp_path / "runs" / "spread").glob("*/events.out.tfevents.*"))
@@ -55,14 +54,15 @@ def test_every_public_function_and_class_has_a_docstring():
     assert not missing, missing
 
 
-def test_the_bring_your_own_env_adapter_runs_as_written(tmp_path, example_runner):
+def test_the_bring_your_own_env_adapter_runs_as_written(tmp_path):
     page = (ROOT / "docs" / "own_env.rst").read_text()
     blocks = re.findall(r"\.\. code-block:: python\n\n(.*?)(?=\n\S)", page, flags=re.S)
     assert len(blocks) == 4, "the page's code blocks changed: say here which ones run"
     script = tmp_path / "own_env.py"
     # the adapter walk-through and the two LBF wraps run; the last block is a fragment of a training script
     script.write_text("\n".join(textwrap.dedent(block) for block in blocks[:3]))
-    done = example_runner.run([script], cwd=tmp_path, timeout=600, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     match = re.search(r"(\d+) episodes ended; state \(4, 2\), observation \(4, 1\)", done.stdout)
     assert match and int(match.group(1)) >= 20, done.stdout

@@ -137,9 +137,9 @@ def test_agents_that_leave_example_runs_as_it_stands_and_evaluates_its_checkpoin
 
 def test_image_observation_example_runs_as_it_stands(tmp_path, run_script):
     """SISL pursuit's 7x7x3 views through a shared CNN policy and critic (marlparts.models.cnn)."""
-    output = run_script(ROOT / "examples" / "pettingzoo" / "pursuit_ippo.py", "--timesteps", 128, "--num-envs", 2,
-                        "--episodes", 2, "--max-cycles", 25, "--directory", tmp_path)  # one update
-    assert "trained 128 env steps" in output
+    output = run_script(ROOT / "examples" / "pettingzoo" / "pursuit_ippo.py", "--timesteps", 256, "--num-envs", 2,
+                        "--episodes", 2, "--max-cycles", 25, "--directory", tmp_path)  # two updates
+    assert "trained 256 env steps" in output
     assert "evaluation over 2 episodes, return per pursuer: sampled" in output and "(random actions:" in output
     assert len(list(tmp_path.glob("*/checkpoints/final_agent.pt"))) == 1
 
