@@ -38,6 +38,10 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy
 
+# the environment the example tests run their scripts in: every test that passes it is served by one server
+# (a server per set of start-up variables), which has already paid its imports
+EXAMPLE_ENVIRONMENT = {"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+
 # imported once by the server, before any fork: the modules every example needs
 PRELOADED = ("torch", "numpy", "gymnasium", "pettingzoo", "marlparts", "marlparts.agents", "marlparts.envs",
              "marlparts.trainers", "marlparts.models", "marlparts.memories")

@@ -2,10 +2,7 @@
 
 import os
 
-from example_runner import ExampleRunner
-
-# the start-up variables of the example tests: their server (one per set of them) serves this test too
-EXAMPLE_VARIABLES = {"OMP_NUM_THREADS": "1"}
+from example_runner import EXAMPLE_ENVIRONMENT, ExampleRunner
 
 
 def test_a_script_run_through_the_example_runner_reports_its_status_output_and_arguments(tmp_path, example_runner):
@@ -16,11 +13,11 @@ def test_a_script_run_through_the_example_runner_reports_its_status_output_and_a
                       "if sys.argv[1] == 'raise':\n"
                       "    raise ValueError('broken')\n"
                       "sys.exit(int(sys.argv[1]))\n")
-    done = example_runner.run([script, 0], env={"ONLY": "this", **EXAMPLE_VARIABLES}, cwd=tmp_path)
+    done = example_runner.run([script, 0], env={"ONLY": "this", **EXAMPLE_ENVIRONMENT}, cwd=tmp_path)
     assert done.returncode == 0
     assert done.stdout == f"args ['0'] this {os.path.realpath(tmp_path)}\n" and done.stderr == "to stderr\n"
-    assert example_runner.run([script, 3], env=EXAMPLE_VARIABLES).returncode == 3
-    failed = example_runner.run([script, "raise"], env=EXAMPLE_VARIABLES)
+    assert example_runner.run([script, 3], env=EXAMPLE_ENVIRONMENT).returncode == 3
+    failed = example_runner.run([script, "raise"], env=EXAMPLE_ENVIRONMENT)
     assert failed.returncode == 1 and "ValueError: broken" in failed.stderr
 
 

@@ -3,18 +3,18 @@ import pathlib
 
 import pytest
 import torch
+from example_runner import EXAMPLE_ENVIRONMENT
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-ENVIRONMENT = {"TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
 
 
 @pytest.fixture
 def run_script(example_runner):
     """Run the script at ``path`` with ``arguments``; its standard output (the run must succeed)."""
     def run(path, *arguments):
-        done = example_runner.run([path, *arguments], env=ENVIRONMENT)
+        done = example_runner.run([path, *arguments], env=EXAMPLE_ENVIRONMENT)
         assert done.returncode == 0, done.stderr[-3000:]
         return done.stdout
     return run

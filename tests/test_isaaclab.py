@@ -8,6 +8,7 @@ from pathlib import Path
 import gymnasium
 import pytest
 import torch
+from example_runner import EXAMPLE_ENVIRONMENT
 from isaaclab_standin import DirectMARLEnvCfg, ReachTask
 
 from marlparts.agents import IPPO, IPPO_DEFAULT_CONFIG, MAPPO, MAPPO_DEFAULT_CONFIG
@@ -199,7 +200,7 @@ def test_mappo_and_ippo_learn_the_stand_in_task(kind, tmp_path):
 def test_the_examples_say_clearly_that_isaac_lab_is_missing(example_runner):
     for script in ("cart_double_pendulum_mappo.py", "shadow_hand_over_mappo.py"):
         done = example_runner.run([ROOT / "examples" / "isaaclab" / script, "--headless"], timeout=120,
-                                  env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+                                  env=EXAMPLE_ENVIRONMENT)
         assert done.returncode != 0
         assert "needs Isaac Lab" in done.stderr + done.stdout, done.stderr[-2000:]
 
