@@ -152,6 +152,78 @@ def test_resetting_some_copies_keeps_per_copy_tensors_held_in_dicts():
     assert torch.equal(objectives[0], objectives[1])
 
 
+def _five_copies_after_five_steps(scenario):
+    env = vmas.make_env(scenario, num_envs=5, seed=0, terminated_truncated=True)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        env.step([(torch.rand(5, env.get_agent_action_size(agent), generator=generator) * 2 - 1) * 0.4
+                  for agent in env.agents])
+    return env
+
+
+def _observations_of(env):
+    (observations,) = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False,
+                                            get_dones=False)
+    observations = observations.values() if isinstance(observations, dict) else observations
+    return torch.cat([o.reshape(env.num_envs, -1) for o in observations], 1)
+
+
+@pytest.mark.parametrize("scenario", ["balance", "navigation", "transport", "give_way", "dispersion"])
+def test_a_copy_that_ends_later_starts_from_the_row_vmas_drew_for_it_at_the_last_reset(scenario):
+    """Resetting copies 0 and 2 also keeps the fresh rows VMAS's reset drew for the others. When copy 3 ends
+    next, it starts exactly where that reset put it, without a call into VMAS, and the other copies go on
+    untouched; when copy 0, whose row was used, ends again, every copy is reset anew."""
+    start = list(vmas.simulator.environment.Environment.vmas_random_state)
+    drawn = _five_copies_after_five_steps(scenario)
+    drawn.vmas_random_state[:] = start
+    drawn.reset(return_observations=False)
+    fresh = _observations_of(drawn)
+
+    env = _five_copies_after_five_steps(scenario)
+    resetter = CopyResetter(env)
+    env.vmas_random_state[:] = start
+    resetter.reset(torch.tensor([True, False, True, False, False]))
+    before = _observations_of(env)
+    calls = []
+    reset, reset_at = env.reset, env.reset_at
+    env.reset = lambda **kwargs: (calls.append("reset"), reset(**kwargs))[1]
+    env.reset_at = lambda *args, **kwargs: (calls.append("reset_at"), reset_at(*args, **kwargs))[1]
+
+    resetter.reset(torch.tensor([False, False, False, True, False]))
+    after = _observations_of(env)
+    assert calls == []
+    assert torch.equal(after[3], fresh[3])
+    assert torch.equal(after[[0, 1, 2, 4]], before[[0, 1, 2, 4]])
+    assert env.steps[3] == 0
+
+    resetter.reset(torch.tensor([True, False, False, False, False]))
+    assert calls == ["reset"]
+
+
+def test_a_seeded_reset_does_not_start_copies_from_rows_kept_before_it():
+    """``reset(seed)`` gives the same episodes whether or not the env kept unused fresh rows before it."""
+    def episodes_after_a_seeded_reset(steps_before):
+        env = wrap_env(balance(), num_envs=16, seed=0)
+        env.reset()
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(steps_before):
+            env.step(random_actions(env, generator))
+        kept_rows = env._resetter._unused is not None and bool(env._resetter._unused.any())
+        observations, _ = env.reset(seed=5)
+        generator = torch.Generator().manual_seed(1)
+        seen, ends = [observations.data], 0
+        for _ in range(60):
+            observations, *_, infos = env.step(random_actions(env, generator))
+            seen.append(observations.data)
+            ends += int(infos["episode_end"].any(dim=1).sum())
+        return torch.stack(seen), kept_rows, ends
+
+    without, _, ends = episodes_after_a_seeded_reset(0)
+    after_steps, kept_rows, _ = episodes_after_a_seeded_reset(40)
+    assert kept_rows and ends > 1  # fresh rows were left before the seeded reset; copies ended after it
+    assert torch.equal(without, after_steps)
+
+
 def test_a_copy_resetter_resets_only_the_ended_copies():
     env = balance(8, seed=0)
     env.reset()

@@ -90,11 +90,14 @@ class VmasWrapper(BatchedSimulatorEnv):
         seed_stream: which stream of ``seed`` (0: training, 1: evaluation copies).
         check_finite: raise on a NaN or infinite observation or reward (one device sync per step).
         vectorised_reset: reset several ended copies at once (see :class:`CopyResetter`).
+        pooled_reset: (with ``vectorised_reset``) start ended copies from the unused fresh rows of the last
+            vectorised reset, without a call into VMAS, while every ended copy has one (see
+            :class:`CopyResetter`).
     """
 
     def __init__(self, env: Union[Any, Callable[..., Any]], *, num_envs: Optional[int] = None,
                  seed: Optional[int] = None, seed_stream: int = TRAINING_STREAM, check_finite: bool = True,
-                 vectorised_reset: bool = True) -> None:
+                 vectorised_reset: bool = True, pooled_reset: bool = True) -> None:
         self._factory: Optional[Callable[..., Any]] = None
         if is_batched_factory(env):
             if not isinstance(num_envs, int) or num_envs < 1:
@@ -115,11 +118,11 @@ class VmasWrapper(BatchedSimulatorEnv):
         self.seed, self.seed_stream = seed, seed_stream
         self.rank = rank_and_world_size()[0]
         self.check_finite = check_finite
-        self.vectorised_reset = vectorised_reset
+        self.vectorised_reset, self.pooled_reset = vectorised_reset, pooled_reset
         self.copy_seeds = [None] * self.num_envs  # the copies share one stream: stream_seed
         self.stream_seed = self._stream_seed(seed)
         self._random = _OwnRandomStream(env)
-        self._resetter = CopyResetter(env, vectorised=vectorised_reset)
+        self._resetter = CopyResetter(env, vectorised=vectorised_reset, pooled=pooled_reset)
         observation_spaces = self._per_agent_spaces(env.observation_space)
         self._set_spaces(observation_spaces, self._per_agent_spaces(env.action_space))
         self._state_space = gymnasium.spaces.Box(-np.inf, np.inf, shape=(self.observation_layout.total,),
@@ -152,6 +155,7 @@ class VmasWrapper(BatchedSimulatorEnv):
             if self.stream_seed is not None and (seed is not None or self._observations is None):
                 self.env.seed(self.stream_seed)
             self.env.reset(return_observations=False)
+            self._resetter.forget_fresh_rows()
             self._observations = self._read_observations()
         self._steps = 0
         self._check_finite(self._observations, torch.zeros(1, 1, device=self.device), 0)
@@ -200,7 +204,8 @@ class VmasWrapper(BatchedSimulatorEnv):
         if self._factory is None:
             return None
         return VmasWrapper(self._factory, num_envs=num_envs, seed=self.seed, seed_stream=EVALUATION_STREAM,
-                           check_finite=self.check_finite, vectorised_reset=self.vectorised_reset)
+                           check_finite=self.check_finite, vectorised_reset=self.vectorised_reset,
+                           pooled_reset=self.pooled_reset)
 
     def placement_hint(self, device: str) -> str:
         """VMAS envs live where they are made."""

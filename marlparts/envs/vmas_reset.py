@@ -7,9 +7,17 @@ batched tensors of the copies that go on, resets every copy at once, and writes 
 tensors are batched is found by walking the env's objects (world, entities, scenario, and the lists and dicts
 they hold) for tensors whose first dimension is the number of copies; each is found again after the reset by
 its path from the env, since a reset may replace it.
+
+That reset draws a fresh row for every copy, the kept ones too, and those rows would be thrown away. The
+resetter keeps them: a copy that ends later starts from its own unused fresh row (its rows written into every
+batched tensor, no call into VMAS), until a copy ends whose row was used; then it resets every copy again. A
+fresh row is a draw from VMAS's reset of that copy, made before the copy's new episode begins and independent
+of how the episodes before it went; it was drawn from the random stream earlier than a reset at the copy's end
+would have drawn it. On balance with 512 copies this makes env-only stepping 1.2x as fast
+(``benchmarks/README.md``).
 """
 
-from typing import Any, List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 
@@ -72,27 +80,54 @@ class CopyResetter:
 
     Args:
         env: the VMAS ``Environment``.
-        vectorised: reset two or more ended copies (but not all) by keep-reset-restore; False: always one
-            ``reset_at`` per ended copy (VMAS's own way, as a fallback for a scenario whose state is not
-            all in batched tensors).
+        vectorised: reset ended copies (but not all) by keep-reset-restore (one ended copy, without ``pooled``:
+            one ``reset_at``); False: always one ``reset_at`` per ended copy (VMAS's own way, as a fallback for a
+            scenario whose state is not all in batched tensors).
+        pooled: (with ``vectorised``) keep the fresh rows of every copy that a keep-reset-restore drew and did
+            not use, and start later episodes of those copies from them, without calling VMAS, until a copy
+            ends whose fresh row was used; then draw a fresh row for every copy again.
     """
 
-    def __init__(self, env: Any, *, vectorised: bool = True) -> None:
+    def __init__(self, env: Any, *, vectorised: bool = True, pooled: bool = True) -> None:
         self.env = env
         self.vectorised = vectorised
+        self.pooled = pooled and vectorised
+        self._fresh: List[Tuple[Path, torch.Tensor]] = []  # every batched tensor right after the last reset
+        self._unused: Optional[torch.Tensor] = None  # (num_envs,) bool: copies whose fresh row is still unused
+
+    def forget_fresh_rows(self) -> None:
+        """Drop the kept fresh rows (after the env was reset or seeded from outside)."""
+        self._fresh, self._unused = [], None
 
     def reset(self, ended: torch.Tensor) -> None:
         """Reset the copies where the ``(num_envs,)`` bool ``ended`` is True; the others go on untouched."""
         count = int(ended.sum())
         if count == 0:
             return
+        if self._unused is not None and bool((self._unused | ~ended.to(self._unused.device)).all()) \
+                and self._start_from_fresh_rows(ended):
+            return
         if count == self.env.num_envs:
             self.env.reset(return_observations=False)
-        elif count == 1 or not self.vectorised:  # one reset_at costs about as much as a vectorised reset
-            for index in torch.nonzero(ended).flatten().tolist():
+            self.forget_fresh_rows()
+        elif not self.vectorised or (count == 1 and not self.pooled):
+            for index in torch.nonzero(ended).flatten().tolist():  # one reset_at costs about a vectorised reset
                 self.env.reset_at(index, return_observations=False)
         else:
             self._reset_some(ended)
+
+    def _start_from_fresh_rows(self, ended: torch.Tensor) -> bool:
+        paths = batched_tensor_paths(self.env, self.env.num_envs)
+        if set(paths) != {path for path, _ in self._fresh}:
+            return False  # a batched tensor came or went since the fresh rows were drawn: draw them again
+        targets = [(resolve(self.env, path), rows) for path, rows in self._fresh]
+        if any(target.shape != rows.shape for target, rows in targets):
+            return False
+        index = torch.nonzero(ended.to(self.env.device)).flatten()
+        for target, rows in targets:
+            target[index] = rows.index_select(0, index)
+        self._unused &= ~ended.to(self._unused.device)
+        return True
 
     def _reset_some(self, ended: torch.Tensor) -> None:
         # one index of the copies that go on for every tensor, on the env's device: no boolean mask resolved per tensor
@@ -100,6 +135,10 @@ class CopyResetter:
         paths = batched_tensor_paths(self.env, self.env.num_envs)
         kept = [(path, resolve(self.env, path).index_select(0, keep)) for path in paths]
         self.env.reset(return_observations=False)
+        if self.pooled:
+            self._fresh = [(path, resolve(self.env, path).clone())
+                           for path in batched_tensor_paths(self.env, self.env.num_envs)]
+            self._unused = ~ended.to(self.env.device)
         for path, rows in kept:
             try:
                 tensor = resolve(self.env, path)
