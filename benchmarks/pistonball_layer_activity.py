@@ -19,7 +19,6 @@ not centre (a checkpoint of the other kind refuses to load, naming the tensor ``
 import argparse
 import json
 import pathlib
-import re
 import sys
 import tempfile
 
@@ -34,6 +33,7 @@ from pistonball_features import probe_batch  # noqa: E402
 
 from marlparts.models.convolutional import ImageInput  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
+from marlparts.utils.run_folders import step_of_checkpoint  # noqa: E402
 
 
 def layer_activity(encoder: torch.nn.Module, batch: torch.Tensor) -> list:
@@ -57,12 +57,8 @@ def _leaf_layers(module: torch.nn.Module) -> list:
 
 def checkpoints_by_step(seed_folder: pathlib.Path) -> list:
     """``(vectorized step, path)`` of every ``agent_<step>.pt`` under ``seed_folder``, in step order."""
-    found = []
-    for path in seed_folder.rglob("agent_*.pt"):
-        match = re.fullmatch(r"agent_(\d+)\.pt", path.name)
-        if match:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    steps = ((step_of_checkpoint(path.name), path) for path in seed_folder.rglob("agent_*.pt"))
+    return sorted((step, path) for step, path in steps if step is not None)
 
 
 def num_envs_of(seed_folder: pathlib.Path) -> int:

@@ -11,7 +11,7 @@ from toy_envs import CountingEnv
 
 from marlparts.envs import wrap_env
 from marlparts.trainers import SequentialTrainer
-from marlparts.utils.run_folders import checkpoint_to_resume, newest_checkpoint
+from marlparts.utils.run_folders import checkpoint_to_resume, newest_checkpoint, step_of_checkpoint
 
 INTERVAL = 4  # vectorized steps between evaluations
 
@@ -148,6 +148,13 @@ def test_newest_checkpoint_follows_the_lineage_that_ran_last_and_none_where_ther
     assert newest_checkpoint(str(tmp_path)) == str(tmp_path / "run_from_40" / "checkpoints" / "agent_60.pt")
     assert newest_checkpoint(str(tmp_path / "same_time")) == str(tmp_path / "same_time" / "b" / "checkpoints" /
                                                                   "agent_9.pt")
+
+
+def test_the_step_of_a_checkpoint_is_read_off_its_name_and_other_files_have_none():
+    assert step_of_checkpoint("agent_40.pt") == 40
+    assert step_of_checkpoint(os.path.join("run", "checkpoints", "agent_7.pt")) == 7
+    assert [step_of_checkpoint(name) for name in ("best_agent.pt", "final_agent.pt", ".agent_500.pt.1a2b.tmp",
+                                                  "agent_x.pt", "agent_40.pt.tmp")] == [None] * 5
 
 
 def test_a_run_goes_on_only_from_its_own_settings(tmp_path):

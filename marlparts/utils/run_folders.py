@@ -18,6 +18,14 @@ _CHECKPOINT_OF_A_STEP = re.compile(r"agent_(\d+)\.pt")
 _FILES_OF_A_STEP = (("checkpoints", _CHECKPOINT_OF_A_STEP), ("videos", re.compile(r"eval_(\d+)\.\w+")))
 
 
+def step_of_checkpoint(name: str) -> Optional[int]:
+    """The step in a step checkpoint's file name (``agent_<step>.pt``, a path or a bare name); None for any other
+    file (``best_agent.pt``, ``final_agent.pt``, a temporary file being written).
+    """
+    match = _CHECKPOINT_OF_A_STEP.fullmatch(os.path.basename(name))
+    return None if match is None else int(match.group(1))
+
+
 def folder_is_used(folder: str) -> bool:
     """Whether ``folder`` exists and holds anything (an empty folder made beforehand is not a run)."""
     return os.path.isdir(folder) and bool(os.listdir(folder))
@@ -56,9 +64,9 @@ def newest_checkpoint(directory: str) -> Optional[str]:
     """
     folders: Dict[str, List[Tuple[int, str]]] = {}
     for path in glob.glob(os.path.join(glob.escape(directory), "**", "checkpoints", "agent_*.pt"), recursive=True):
-        match = _CHECKPOINT_OF_A_STEP.fullmatch(os.path.basename(path))
-        if match is not None:
-            folders.setdefault(os.path.dirname(path), []).append((int(match.group(1)), path))
+        step = step_of_checkpoint(path)
+        if step is not None:
+            folders.setdefault(os.path.dirname(path), []).append((step, path))
     if not folders:
         return None
     last_written = max(folders, key=lambda folder: (max(os.path.getmtime(path) for _, path in folders[folder]),
