@@ -168,21 +168,32 @@ def _observations_of(env):
     return torch.cat([o.reshape(env.num_envs, -1) for o in observations], 1)
 
 
+def _the_same_actions(env):
+    return [torch.full((env.num_envs, env.get_agent_action_size(agent)), 0.3) for agent in env.agents]
+
+
 @pytest.mark.parametrize("scenario", ["balance", "navigation", "transport", "give_way", "dispersion"])
 def test_a_copy_that_ends_later_starts_from_the_row_vmas_drew_for_it_at_the_last_reset(scenario):
-    """Resetting copies 0 and 2 also keeps the fresh rows VMAS's reset drew for the others. When copy 3 ends
-    next, it starts exactly where that reset put it, without a call into VMAS, and the other copies go on
-    untouched; when copy 0, whose row was used, ends again, every copy is reset anew."""
+    """With ``pooled``, resetting copies 0 and 2 also keeps the fresh rows VMAS's reset drew for the others. When
+    copy 3 ends three steps later, it starts exactly where that reset put it, without a call into VMAS: then its
+    next step gives the observation and rewards that copy 3 got in its first step straight after that reset,
+    and the other copies go on untouched. A row serves one episode: when copy 3 ends again, every copy is reset
+    anew."""
     start = list(vmas.simulator.environment.Environment.vmas_random_state)
     drawn = _five_copies_after_five_steps(scenario)
     drawn.vmas_random_state[:] = start
     drawn.reset(return_observations=False)
     fresh = _observations_of(drawn)
+    first_observations, first_rewards, *_ = drawn.step(_the_same_actions(drawn))
 
     env = _five_copies_after_five_steps(scenario)
-    resetter = CopyResetter(env)
+    resetter = CopyResetter(env, pooled=True)
     env.vmas_random_state[:] = start
     resetter.reset(torch.tensor([True, False, True, False, False]))
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        env.step([(torch.rand(5, env.get_agent_action_size(agent), generator=generator) * 2 - 1) * 0.4
+                  for agent in env.agents])
     before = _observations_of(env)
     calls = []
     reset, reset_at = env.reset, env.reset_at
@@ -195,15 +206,18 @@ def test_a_copy_that_ends_later_starts_from_the_row_vmas_drew_for_it_at_the_last
     assert torch.equal(after[3], fresh[3])
     assert torch.equal(after[[0, 1, 2, 4]], before[[0, 1, 2, 4]])
     assert env.steps[3] == 0
+    observations, rewards, *_ = env.step(_the_same_actions(env))
+    for got, want in zip(list(observations) + list(rewards), list(first_observations) + list(first_rewards)):
+        assert torch.equal(got[3], want[3])
 
-    resetter.reset(torch.tensor([True, False, False, False, False]))
+    resetter.reset(torch.tensor([False, False, False, True, False]))
     assert calls == ["reset"]
 
 
 def test_a_seeded_reset_does_not_start_copies_from_rows_kept_before_it():
     """``reset(seed)`` gives the same episodes whether or not the env kept unused fresh rows before it."""
     def episodes_after_a_seeded_reset(steps_before):
-        env = wrap_env(balance(), num_envs=16, seed=0)
+        env = wrap_env(balance(), num_envs=16, seed=0, pooled_reset=True)
         env.reset()
         generator = torch.Generator().manual_seed(0)
         for _ in range(steps_before):

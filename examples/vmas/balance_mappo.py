@@ -63,7 +63,9 @@ def make_env(num_envs: int = NUM_ENVS, seed: int = 0, device: str = "cpu") -> Mu
     """VMAS balance, 3 agents, 100 steps, continuous actions, as ``num_envs`` copies on ``device``."""
     factory = functools.partial(vmas.make_env, "balance", device=device, continuous_actions=True, max_steps=100,
                                 terminated_truncated=True, n_agents=3)
-    return wrap_env(factory, num_envs=num_envs, seed=seed)
+    # balance draws every copy's start on its own and keeps its state in batched tensors: a copy that ends may
+    # start from the fresh row the last reset drew for it (docs/batched_simulators.rst, "Fresh rows kept")
+    return wrap_env(factory, num_envs=num_envs, seed=seed, pooled_reset=True)
 
 
 def make_agent(env: MultiAgentEnv, directory: str = DIRECTORY, **overrides) -> MAPPO:

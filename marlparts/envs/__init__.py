@@ -23,7 +23,8 @@ def wrap_env(env: Any, **kwargs: Any) -> MultiAgentEnv:
       ``rware``), stepped as PettingZoo Parallel envs through :class:`GymnasiumMultiAgentEnv`, with the same
       options;
     - VMAS envs: an env, or a factory taking ``num_envs`` (``functools.partial(vmas.make_env, ...)``);
-      see :class:`VmasWrapper` (``num_envs``, ``seed``, ``check_finite``, ``vectorised_reset``);
+      see :class:`VmasWrapper` (``num_envs``, ``seed``, ``check_finite``, ``vectorised_reset``,
+      ``pooled_reset``);
     - Isaac Lab multi-agent envs (``DirectMARLEnv``, also inside gymnasium wrappers); see
       :class:`IsaacLabWrapper` (``check_finite``).
     """

@@ -91,13 +91,14 @@ class VmasWrapper(BatchedSimulatorEnv):
         check_finite: raise on a NaN or infinite observation or reward (one device sync per step).
         vectorised_reset: reset several ended copies at once (see :class:`CopyResetter`).
         pooled_reset: (with ``vectorised_reset``) start ended copies from the unused fresh rows of the last
-            vectorised reset, without a call into VMAS, while every ended copy has one (see
-            :class:`CopyResetter`).
+            vectorised reset, without a call into VMAS, while every ended copy has one: only for a scenario that
+            draws each copy's start on its own and keeps all its state in batched tensors, such as balance
+            (see :mod:`~marlparts.envs.vmas_reset`).
     """
 
     def __init__(self, env: Union[Any, Callable[..., Any]], *, num_envs: Optional[int] = None,
                  seed: Optional[int] = None, seed_stream: int = TRAINING_STREAM, check_finite: bool = True,
-                 vectorised_reset: bool = True, pooled_reset: bool = True) -> None:
+                 vectorised_reset: bool = True, pooled_reset: bool = False) -> None:
         self._factory: Optional[Callable[..., Any]] = None
         if is_batched_factory(env):
             if not isinstance(num_envs, int) or num_envs < 1:

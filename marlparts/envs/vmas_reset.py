@@ -8,13 +8,17 @@ tensors are batched is found by walking the env's objects (world, entities, scen
 they hold) for tensors whose first dimension is the number of copies; each is found again after the reset by
 its path from the env, since a reset may replace it.
 
-That reset draws a fresh row for every copy, the kept ones too, and those rows would be thrown away. The
-resetter keeps them: a copy that ends later starts from its own unused fresh row (its rows written into every
-batched tensor, no call into VMAS), until a copy ends whose row was used; then it resets every copy again. A
-fresh row is a draw from VMAS's reset of that copy, made before the copy's new episode begins and independent
-of how the episodes before it went; it was drawn from the random stream earlier than a reset at the copy's end
-would have drawn it. On balance with 512 copies this makes env-only stepping 1.2x as fast
-(``benchmarks/README.md``).
+That reset draws a fresh row for every copy, the kept ones too, and those rows would be thrown away. With
+``pooled=True`` the resetter keeps them: a copy that ends later starts from its own unused fresh row (its rows
+written into every batched tensor, no call into VMAS), until a copy ends whose row was used; then it resets
+every copy again. This is sound only for a scenario that draws every copy's start on its own and keeps all of
+a copy's state in batched tensors (balance does). Where a scenario draws one value for the whole batch (a
+``randperm`` or ``.item()`` in its reset: passage, wind_flocking, football, the MPE ports), every copy started
+from one reset's rows shares it, and since a batch whose shared draw makes episodes long serves more starts
+before it is replaced, the starts are no longer drawn from the scenario's distribution; state outside batched
+tensors (het_mass's masses, road_traffic's buffer of past positions, whose first dimension is not the copies)
+is not started afresh. So it is off by default. On balance with 512 copies it makes env-only stepping 1.27x as
+fast (``benchmarks/README.md``).
 """
 
 from typing import Any, List, Optional, Tuple
@@ -85,10 +89,11 @@ class CopyResetter:
             scenario whose state is not all in batched tensors).
         pooled: (with ``vectorised``) keep the fresh rows of every copy that a keep-reset-restore drew and did
             not use, and start later episodes of those copies from them, without calling VMAS, until a copy
-            ends whose fresh row was used; then draw a fresh row for every copy again.
+            ends whose fresh row was used; then draw a fresh row for every copy again. Only for scenarios that
+            draw each copy's start on its own and keep all state in batched tensors (see above).
     """
 
-    def __init__(self, env: Any, *, vectorised: bool = True, pooled: bool = True) -> None:
+    def __init__(self, env: Any, *, vectorised: bool = True, pooled: bool = False) -> None:
         self.env = env
         self.vectorised = vectorised
         self.pooled = pooled and vectorised
