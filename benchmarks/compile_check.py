@@ -1,10 +1,13 @@
-"""Whether ``torch.compile`` pays for the VMAS balance example's training on this machine.
+"""Whether ``torch.compile`` pays for an example's training on this machine (the VMAS balance example by default).
 
     python benchmarks/compile_check.py            # about 3 minutes; --rounds, --copies
+    python benchmarks/compile_check.py --example examples/mpe/simple_spread_mappo.py \
+        --output benchmarks/results/compile_check_mpe.json
 
-The example's MAPPO (its own ``make_env`` / ``make_agent``: 512 copies, rollouts of 32, 2 epochs of 2
-minibatches, 64-64 MLPs) trains in chunks of one rollout each (acting, stepping, storing, the update). Each compiled version below
-runs in a process of its own (compiled graphs and their guards are not shared), alternated chunk by chunk
+By default, the VMAS balance example's MAPPO (its own ``make_env`` / ``make_agent``: 512 copies, rollouts
+of 32, 2 epochs of 2 minibatches, 64-64 MLPs; with ``--example``, that example's own settings) trains in
+chunks of one rollout each (acting, stepping, storing, the update). Each compiled version below runs in a
+process of its own (compiled graphs and their guards are not shared), alternated chunk by chunk
 (A B B A ...) with the models as the example builds them (``eager``), on the same parameters:
 
 - ``compiled``: each model's MLP replaced by ``torch.compile`` of it (the library's activation as it is);
@@ -31,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 from torch import nn
@@ -51,6 +54,7 @@ def with_torch_tanh(net: nn.Sequential) -> nn.Sequential:
     return nn.Sequential(*[nn.Tanh() if isinstance(layer, Tanh) else layer for layer in net])
 
 
+VMAS_EXAMPLE = "examples/vmas/balance_mappo.py"
 COMPILED_VERSIONS = {  # name: (with torch.nn.Tanh in place of the library's Tanh, torch.compile's dynamic)
     "compiled": (False, None),
     "compiled, torch.tanh": (True, None),
@@ -58,10 +62,12 @@ COMPILED_VERSIONS = {  # name: (with torch.nn.Tanh in place of the library's Tan
 }
 
 
-def time_versions(compiled_name: str, copies: int, rounds: int, device: str) -> Dict[str, object]:
+def time_versions(compiled_name: str, example_path: str, copies: Optional[int], rounds: int,
+                  device: str) -> Dict[str, object]:
     """Train the example's agent in alternated chunks of one rollout, eager and ``compiled_name``; the figures."""
-    example = load_example("examples/vmas/balance_mappo.py")
-    env = example.make_env(copies, seed=0, device=device)
+    example = load_example(example_path)
+    placement = {} if device == "cpu" else {"device": device}  # not every example's make_env takes a device
+    env = example.make_env(example.NUM_ENVS if copies is None else copies, seed=0, **placement)
     set_seed(0)
     directory = tempfile.mkdtemp(prefix="compile_check_")
     agent = example.make_agent(env, directory, experiment={"tensorboard": False, "csv": False,
@@ -112,7 +118,8 @@ def time_versions(compiled_name: str, copies: int, rounds: int, device: str) -> 
 def main() -> None:
     """Time each compiled version against eager (each in a process of its own) and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--copies", type=int, default=512, help="env copies (the example's 512)")
+    parser.add_argument("--example", default=VMAS_EXAMPLE, help="the example script whose training is timed")
+    parser.add_argument("--copies", type=int, default=None, help="env copies (default: the example's own)")
     parser.add_argument("--rounds", type=int, default=8, help="alternated rounds of one rollout per version")
     parser.add_argument("--threads", type=int, default=1, help="PyTorch intra-op threads")
     parser.add_argument("--device", default="cpu", help="the env copies' and the agent's device (cpu, cuda)")
@@ -122,16 +129,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.version is not None:  # one version here; the JSON of its figures on the last line
-        print(json.dumps(time_versions(args.version, args.copies, args.rounds, args.device)))
+        print(json.dumps(time_versions(args.version, args.example, args.copies, args.rounds, args.device)))
         return
-    report = {"copies": args.copies, "device": args.device, "rounds": args.rounds, "threads": args.threads,
-              "torch": torch.__version__,
+    report = {"example": args.example, "copies": args.copies, "device": args.device, "rounds": args.rounds,
+              "threads": args.threads, "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "versions": {}}
-    print(f"VMAS balance example, {args.copies} copies, one rollout per chunk, {args.rounds} alternated rounds "
+    copies = "its own" if args.copies is None else args.copies
+    print(f"{args.example}, {copies} copies, one rollout per chunk, {args.rounds} alternated rounds "
           f"against eager in each version's own process, {args.threads} thread(s)")
     for name in COMPILED_VERSIONS:
-        command = [sys.executable, __file__, "--version", name, "--copies", str(args.copies),
+        command = [sys.executable, __file__, "--version", name, "--example", args.example,
                    "--rounds", str(args.rounds), "--threads", str(args.threads), "--device", args.device]
+        command += [] if args.copies is None else ["--copies", str(args.copies)]
         environment = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="compile_check_cache_")}
         output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment).stdout
         figures = json.loads(output.strip().splitlines()[-1])
