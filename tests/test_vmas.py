@@ -97,10 +97,8 @@ def test_the_batched_state_of_a_scenario_is_found():
     assert sum(name.endswith("._state._pos") for name in names) >= 7  # 3 agents, package, goal, line, floor
 
 
-def _reset_two_of_five(scenario, vectorised, start, step_after=True):
-    """A 5-copy env of ``scenario`` after 5 random steps and a reset of copies 0 and 2 (the wrapper's reset or
-    VMAS's ``reset_at`` of each), then one more step, every draw from the random state ``start``."""
-    ended = torch.tensor([True, False, True, False, False])
+def _five_copies_after_five_steps(scenario):
+    """A 5-copy env of ``scenario`` after 5 steps of small random actions, and the drawer of further ones."""
     env = vmas.make_env(scenario, num_envs=5, seed=0, terminated_truncated=True)
     generator = torch.Generator().manual_seed(1)
 
@@ -110,6 +108,14 @@ def _reset_two_of_five(scenario, vectorised, start, step_after=True):
 
     for _ in range(5):
         env.step(actions())
+    return env, actions
+
+
+def _reset_two_of_five(scenario, vectorised, start, step_after=True):
+    """A 5-copy env of ``scenario`` after 5 random steps and a reset of copies 0 and 2 (the wrapper's reset or
+    VMAS's ``reset_at`` of each), then one more step, every draw from the random state ``start``."""
+    ended = torch.tensor([True, False, True, False, False])
+    env, actions = _five_copies_after_five_steps(scenario)
     env.vmas_random_state[:] = start
     if vectorised:
         CopyResetter(env)._reset_some(ended)
@@ -152,15 +158,6 @@ def test_resetting_some_copies_keeps_per_copy_tensors_held_in_dicts():
     assert torch.equal(objectives[0], objectives[1])
 
 
-def _five_copies_after_five_steps(scenario):
-    env = vmas.make_env(scenario, num_envs=5, seed=0, terminated_truncated=True)
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(5):
-        env.step([(torch.rand(5, env.get_agent_action_size(agent), generator=generator) * 2 - 1) * 0.4
-                  for agent in env.agents])
-    return env
-
-
 def _observations_of(env):
     (observations,) = env.get_from_scenario(get_observations=True, get_rewards=False, get_infos=False,
                                             get_dones=False)
@@ -180,20 +177,18 @@ def test_a_copy_that_ends_later_starts_from_the_row_vmas_drew_for_it_at_the_last
     and the other copies go on untouched. A row serves one episode: when copy 3 ends again, every copy is reset
     anew."""
     start = list(vmas.simulator.environment.Environment.vmas_random_state)
-    drawn = _five_copies_after_five_steps(scenario)
+    drawn, _ = _five_copies_after_five_steps(scenario)
     drawn.vmas_random_state[:] = start
     drawn.reset(return_observations=False)
     fresh = _observations_of(drawn)
     first_observations, first_rewards, *_ = drawn.step(_the_same_actions(drawn))
 
-    env = _five_copies_after_five_steps(scenario)
+    env, actions = _five_copies_after_five_steps(scenario)
     resetter = CopyResetter(env, pooled=True)
     env.vmas_random_state[:] = start
     resetter.reset(torch.tensor([True, False, True, False, False]))
-    generator = torch.Generator().manual_seed(2)
     for _ in range(3):
-        env.step([(torch.rand(5, env.get_agent_action_size(agent), generator=generator) * 2 - 1) * 0.4
-                  for agent in env.agents])
+        env.step(actions())
     before = _observations_of(env)
     calls = []
     reset, reset_at = env.reset, env.reset_at

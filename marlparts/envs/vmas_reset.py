@@ -106,11 +106,11 @@ class CopyResetter:
 
     def reset(self, ended: torch.Tensor) -> None:
         """Reset the copies where the ``(num_envs,)`` bool ``ended`` is True; the others go on untouched."""
+        ended = ended.to(self.env.device)  # one index of the copies on the env's device: no mask resolved per tensor
         count = int(ended.sum())
         if count == 0:
             return
-        if self._unused is not None and bool((self._unused | ~ended.to(self._unused.device)).all()) \
-                and self._start_from_fresh_rows(ended):
+        if self._unused is not None and bool((self._unused | ~ended).all()) and self._start_from_fresh_rows(ended):
             return
         if count == self.env.num_envs:
             self.env.reset(return_observations=False)
@@ -128,22 +128,21 @@ class CopyResetter:
         targets = [(resolve(self.env, path), rows) for path, rows in self._fresh]
         if any(target.shape != rows.shape for target, rows in targets):
             return False
-        index = torch.nonzero(ended.to(self.env.device)).flatten()
+        index = torch.nonzero(ended).flatten()
         for target, rows in targets:
             target[index] = rows.index_select(0, index)
-        self._unused &= ~ended.to(self._unused.device)
+        self._unused &= ~ended
         return True
 
     def _reset_some(self, ended: torch.Tensor) -> None:
-        # one index of the copies that go on for every tensor, on the env's device: no boolean mask resolved per tensor
-        keep = torch.nonzero(~ended.to(self.env.device)).flatten()
+        keep = torch.nonzero(~ended).flatten()
         paths = batched_tensor_paths(self.env, self.env.num_envs)
         kept = [(path, resolve(self.env, path).index_select(0, keep)) for path in paths]
         self.env.reset(return_observations=False)
         if self.pooled:
             self._fresh = [(path, resolve(self.env, path).clone())
                            for path in batched_tensor_paths(self.env, self.env.num_envs)]
-            self._unused = ~ended.to(self.env.device)
+            self._unused = ~ended
         for path, rows in kept:
             try:
                 tensor = resolve(self.env, path)
