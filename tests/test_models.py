@@ -366,10 +366,25 @@ def test_squashed_gaussian_actions_stay_inside_an_asymmetric_box_when_tanh_satur
         assert all(space.contains(row.detach().numpy()) for row in chosen)
 
 
-def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivative():
-    from marlparts.models import Tanh, tanh
+@pytest.fixture
+def tanh_kernel_restored():
+    """Put back the process's tanh kernel after a test that sets one."""
+    from marlparts.models import activations
+
+    chosen = activations._chosen_kernel
+    yield activations
+    activations._chosen_kernel = chosen
+
+
+@pytest.mark.parametrize("kernel", ["torch", "sigmoid"])
+def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivative(kernel, tanh_kernel_restored):
+    from marlparts.models import Tanh, choose_tanh_kernel, tanh
     from marlparts.models.activations import SIGMOID_TANH_MIN_ELEMENTS, _TanhFromSigmoid
 
+    assert choose_tanh_kernel(kernel) == kernel
+    large = torch.randn(SIGMOID_TANH_MIN_ELEMENTS, requires_grad=True)
+    backward = type(tanh(large).grad_fn).__name__
+    assert ("TanhBackward" in backward) == (kernel == "torch") and ("TanhFromSigmoid" in backward) == (kernel == "sigmoid")
     x = torch.cat([torch.linspace(-30, 30, SIGMOID_TANH_MIN_ELEMENTS),
                    torch.tensor([0.0, -0.0, 1e-30, float("inf"), -float("inf")])])
     assert torch.allclose(tanh(x), torch.tanh(x), rtol=0, atol=3e-7)
@@ -392,10 +407,12 @@ def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivativ
         assert torch.allclose(tanh(doubles), theirs, rtol=0, atol=1e-15)
 
 
-def test_the_default_tanh_keeps_half_precision_and_works_under_vmap_and_forward_mode_ad():
-    from marlparts.models import tanh
+@pytest.mark.parametrize("kernel", ["torch", "sigmoid"])
+def test_the_default_tanh_keeps_half_precision_and_works_under_vmap_and_forward_mode_ad(kernel, tanh_kernel_restored):
+    from marlparts.models import choose_tanh_kernel, tanh
     from marlparts.models.activations import SIGMOID_TANH_MIN_ELEMENTS
 
+    choose_tanh_kernel(kernel)
     small = torch.linspace(-0.02, 0.02, SIGMOID_TANH_MIN_ELEMENTS)
     for dtype in (torch.bfloat16, torch.float16):  # 2σ(2x) − 1 would round small values to 0 in half precision
         assert torch.equal(tanh(small.to(dtype)), torch.tanh(small.to(dtype)))
@@ -409,3 +426,31 @@ def test_the_default_tanh_keeps_half_precision_and_works_under_vmap_and_forward_
         inputs = batch.clone().requires_grad_()
         gradient = torch.func.vmap(torch.func.grad(lambda row: tanh(row).sum()))(inputs)
     assert torch.allclose(gradient, 1 - torch.tanh(batch) ** 2, rtol=1e-5, atol=1e-6)
+
+
+def test_the_sigmoid_form_of_tanh_is_chosen_only_where_it_is_clearly_faster():
+    from marlparts.models.activations import faster_tanh_kernel
+
+    assert faster_tanh_kernel(torch_seconds=4.3, sigmoid_seconds=1.5) == "sigmoid"  # a machine with a slow tanh
+    assert faster_tanh_kernel(torch_seconds=0.53, sigmoid_seconds=1.77) == "torch"  # one with a fast tanh
+    assert faster_tanh_kernel(torch_seconds=1.0, sigmoid_seconds=0.9) == "torch"  # close: the exact kernel stays
+
+
+def test_the_tanh_kernel_is_timed_once_or_taken_from_the_environment_and_a_bad_name_is_refused(
+        tanh_kernel_restored, monkeypatch):
+    from marlparts.models import choose_tanh_kernel, tanh_kernel
+
+    activations = tanh_kernel_restored
+    assert choose_tanh_kernel("auto") in ("torch", "sigmoid")
+    timed = tanh_kernel()
+    monkeypatch.setattr(activations, "_time_tanh_kernels", lambda: pytest.fail("timed a second time"))
+    assert tanh_kernel() == timed
+    activations._chosen_kernel = None
+    monkeypatch.setenv("MARLPARTS_TANH_KERNEL", "sigmoid")
+    assert tanh_kernel() == "sigmoid"
+    activations._chosen_kernel = None
+    monkeypatch.setenv("MARLPARTS_TANH_KERNEL", "fastest")
+    with pytest.raises(ValueError, match="MARLPARTS_TANH_KERNEL must be one of .*'fastest'"):
+        tanh_kernel()
+    with pytest.raises(ValueError, match="tanh kernel must be one of .*'tanh'"):
+        choose_tanh_kernel("tanh")

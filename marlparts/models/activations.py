@@ -1,6 +1,8 @@
 """Activations of the models' hidden layers."""
 
-from typing import Any, Tuple
+import os
+import time
+from typing import Any, Optional, Tuple
 
 import torch
 from torch import nn
@@ -39,6 +41,13 @@ class _TanhFromSigmoid(torch.autograd.Function):
 SIGMOID_TANH_MIN_ELEMENTS = 32768
 # in half precision 2σ(2x) − 1 rounds small values to 0: those dtypes keep torch.tanh
 _FULL_PRECISION = (torch.float32, torch.float64)
+# the sigmoid form is chosen only where it is this many times as fast as torch.tanh: where the two are close,
+# torch.tanh (exact, with its own one-pass derivative) is kept, and the choice does not flip from run to run
+SIGMOID_TANH_MIN_SPEEDUP = 1.5
+TANH_KERNELS = ("auto", "torch", "sigmoid")
+TANH_KERNEL_VARIABLE = "MARLPARTS_TANH_KERNEL"
+
+_chosen_kernel: Optional[str] = None  # "torch" or "sigmoid" once chosen
 
 
 def _tanh_from_sigmoid_without_gradient(x: torch.Tensor) -> torch.Tensor:
@@ -46,18 +55,73 @@ def _tanh_from_sigmoid_without_gradient(x: torch.Tensor) -> torch.Tensor:
     return torch.mul(x, 2.0).sigmoid_().mul_(2.0).sub_(1.0)
 
 
+def faster_tanh_kernel(torch_seconds: float, sigmoid_seconds: float) -> str:
+    """``"sigmoid"`` where ``2σ(2x) − 1`` took at most ``1 / SIGMOID_TANH_MIN_SPEEDUP`` of ``torch.tanh``'s time
+    on the same tensor, else ``"torch"``.
+    """
+    return "sigmoid" if sigmoid_seconds * SIGMOID_TANH_MIN_SPEEDUP <= torch_seconds else "torch"
+
+
+def _time_tanh_kernels(repeats: int = 5, calls: int = 16) -> Tuple[float, float]:
+    """The best time of ``calls`` forward passes of each kernel on a 2048 x 64 float32 CPU tensor (seconds)."""
+    with torch.no_grad():
+        x = torch.linspace(-4.0, 4.0, 2048 * 64).reshape(2048, 64)
+        best = {"torch": float("inf"), "sigmoid": float("inf")}
+        for _ in range(repeats):  # the kernels alternate, so a slow moment of the machine slows both
+            for name, kernel in (("torch", torch.tanh), ("sigmoid", _tanh_from_sigmoid_without_gradient)):
+                began = time.perf_counter()
+                for _ in range(calls):
+                    kernel(x)
+                best[name] = min(best[name], time.perf_counter() - began)
+    return best["torch"], best["sigmoid"]
+
+
+def choose_tanh_kernel(kernel: str = "auto") -> str:
+    """Set how :func:`tanh` computes large CPU tensors, and return the kernel in use.
+
+    PyTorch's CPU ``tanh`` kernel runs at very different speeds from one machine to the next: on one
+    AVX-512 machine it took 4.3 ms on 1.57M float32 values where ``sigmoid`` took 0.64 ms, on another
+    0.53 ms, three times as fast as ``2 σ(2x) − 1`` there. ``"auto"`` (the default, and what the
+    ``MARLPARTS_TANH_KERNEL`` environment variable may also say) times both on this machine once per process,
+    at the first large tensor, and keeps ``2 σ(2x) − 1`` only where it is at least
+    ``SIGMOID_TANH_MIN_SPEEDUP`` times as fast; ``"torch"`` always uses ``torch.tanh`` and ``"sigmoid"``
+    always ``2 σ(2x) − 1``. The two differ by at most 2e-7 in float32, which a long training run can grow:
+    pin the kernel where runs on different machines must match bit for bit.
+    """
+    global _chosen_kernel
+    if kernel not in TANH_KERNELS:
+        raise ValueError(f"the tanh kernel must be one of {TANH_KERNELS}, got {kernel!r}")
+    _chosen_kernel = faster_tanh_kernel(*_time_tanh_kernels()) if kernel == "auto" else kernel
+    return _chosen_kernel
+
+
+def tanh_kernel() -> str:
+    """The kernel :func:`tanh` uses for large CPU tensors, ``"torch"`` or ``"sigmoid"``: chosen at the first call
+    as ``MARLPARTS_TANH_KERNEL`` says (``"auto"`` when it is not set; :func:`choose_tanh_kernel`).
+    """
+    if _chosen_kernel is None:
+        if torch.compiler.is_compiling():
+            return "torch"  # nothing is timed while a graph is traced (the compiler makes its own tanh code)
+        requested = os.environ.get(TANH_KERNEL_VARIABLE, "auto")
+        if requested not in TANH_KERNELS:
+            raise ValueError(f"the environment variable {TANH_KERNEL_VARIABLE} must be one of {TANH_KERNELS}, "
+                             f"got {requested!r}")
+        return choose_tanh_kernel(requested)
+    return _chosen_kernel
+
+
 def tanh(x: torch.Tensor) -> torch.Tensor:
     """The hyperbolic tangent of ``x``; on the CPU, for tensors of at least ``SIGMOID_TANH_MIN_ELEMENTS``
-    elements, computed as ``2 σ(2x) − 1``.
+    elements, computed as ``2 σ(2x) − 1`` on machines where that is faster (:func:`choose_tanh_kernel`).
 
-    PyTorch's CPU kernel for ``tanh`` is several times slower than its ``sigmoid`` (on an AVX-512
-    machine, 1.57M float32 values: 4.3 ms against 0.64 ms on one thread), and the tanh of an MLP's
-    hidden layers is a large share of a small model's forward pass over a large batch. The identity
-    gives the same function (at most 2e-7 apart from ``torch.tanh`` in float32) at about half the cost,
-    forward and backward, from a few tens of thousands of elements up. Smaller tensors, half-precision
-    ones (where ``2σ(2x) − 1`` would round small values to 0) and other devices use ``torch.tanh``.
+    On some machines PyTorch's CPU kernel for ``tanh`` is several times slower than its ``sigmoid``, and
+    the tanh of an MLP's hidden layers is a large share of a small model's forward pass over a large batch.
+    The identity gives the same function (at most 2e-7 apart from ``torch.tanh`` in float32) at about half
+    the cost there, forward and backward. Smaller tensors, half-precision ones (where ``2σ(2x) − 1`` would
+    round small values to 0) and other devices use ``torch.tanh``.
     """
-    if x.numel() < SIGMOID_TANH_MIN_ELEMENTS or not x.is_cpu or x.dtype not in _FULL_PRECISION:
+    if x.numel() < SIGMOID_TANH_MIN_ELEMENTS or not x.is_cpu or x.dtype not in _FULL_PRECISION \
+            or tanh_kernel() == "torch":
         return torch.tanh(x)
     if torch.is_grad_enabled() and x.requires_grad:
         return _TanhFromSigmoid.apply(x)
