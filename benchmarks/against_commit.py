@@ -7,7 +7,7 @@
     python benchmarks/against_commit.py --workload example --example examples/mpe/simple_speaker_listener_happo.py \\
         --commit <commit> --rounds 5 --output <file>
 
-Four workloads:
+Five workloads:
 
 - ``same_work``: the configuration of a library that steps one env copy: simple_spread (3 agents,
   discrete actions), each agent its own policy and critic (no sharing), rollouts of 125 steps, 10
@@ -19,6 +19,10 @@ Four workloads:
 - ``example_env_only``: env-only stepping (uniform random actions) of the env that each version's own
   ``--example`` builds (its ``make_env()`` with its default copies) for ``--example-steps`` env steps,
   after one warm-up step: the cost of the env wrappers alone.
+- ``example_update``: the update alone of the agent that each version's own ``--example`` builds (its
+  ``make_env()`` and ``make_agent(env, directory)``): one rollout is collected and updated on (the
+  warm-up), then ``--updates`` more updates run on that stored rollout, timed; the rate is updates per
+  second.
 
 With ``--phases`` (``same_work``), each process also says where the time of a training step goes, in
 microseconds per env step: acting, env stepping, storing, and the update, with its losses, backward
@@ -196,14 +200,43 @@ def measure_env_only(example: str, steps: int) -> dict:
     return {"env_only_steps_per_s": vectorized * env.num_envs / seconds}
 
 
+def measure_update(example: str, updates: int) -> dict:
+    """Build ``example``'s agent on its env (this version's copy of the script), collect one rollout (and run its
+    update, the warm-up), then time ``updates`` updates on that stored rollout: the updates per second."""
+    import importlib.util
+
+    import torch
+
+    from marlparts.trainers import SequentialTrainer
+    from marlparts.utils import set_seed
+
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("example", example)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    set_seed(0)
+    env = module.make_env()
+    with tempfile.TemporaryDirectory() as directory:
+        agent = module.make_agent(env, directory)
+        rollout = agent.cfg["rollouts"]
+        SequentialTrainer(env=env, agents=agent, cfg={"timesteps": rollout, "disable_progressbar": True}).train()
+        began = time.perf_counter()
+        for _ in range(updates):
+            agent.update(rollout - 1, rollout)
+        seconds = time.perf_counter() - began
+    env.close()
+    return {"updates_per_s": updates / seconds}
+
+
 def rate_key(args: argparse.Namespace) -> str:
     """The figure the two versions are compared by."""
-    return "env_only_steps_per_s" if args.workload == "example_env_only" else "training_steps_per_s"
+    return {"example_env_only": "env_only_steps_per_s", "example_update": "updates_per_s"}.get(
+        args.workload, "training_steps_per_s")
 
 
 def example_script(args: argparse.Namespace) -> str:
     """The example script an example workload runs (each version's own copy of it)."""
-    return args.example if args.workload in ("example", "example_env_only") else MAPPO_EXAMPLE
+    return args.example if args.workload in ("example", "example_env_only", "example_update") else MAPPO_EXAMPLE
 
 
 def start_version(source: pathlib.Path, args: argparse.Namespace, directory: str, core: Optional[int] = None):
@@ -215,6 +248,9 @@ def start_version(source: pathlib.Path, args: argparse.Namespace, directory: str
     elif args.workload == "example_env_only":
         command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure-env-only", example_script(args),
                    "--example-steps", str(args.example_steps)]
+    elif args.workload == "example_update":
+        command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure-update", example_script(args),
+                   "--updates", str(args.updates)]
     else:
         command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--measure", "--chunks", str(args.chunks),
                    "--chunk-steps", str(args.chunk_steps)] + (["--phases"] if args.phases else [])
@@ -253,10 +289,12 @@ def main() -> None:
     """Alternate the two versions for ``--rounds`` rounds and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--commit", help="the earlier commit to time against this checkout")
-    parser.add_argument("--workload", choices=["same_work", "mappo_example", "example", "example_env_only"],
+    parser.add_argument("--workload", choices=["same_work", "mappo_example", "example", "example_env_only",
+                                               "example_update"],
                         default="same_work")
     parser.add_argument("--example", default=MAPPO_EXAMPLE, help="the example script of the 'example' workload")
     parser.add_argument("--example-steps", type=int, default=64000, help="env steps of each run of the example")
+    parser.add_argument("--updates", type=int, default=20, help="timed updates of each example_update process")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=4, help="timed chunks per process")
     parser.add_argument("--chunk-steps", type=int, default=500, help="env steps per chunk (whole rollouts of 125)")
@@ -266,12 +304,16 @@ def main() -> None:
     parser.add_argument("--output", help="the JSON results file")
     parser.add_argument("--measure", action="store_true", help="(internal) measure the version on the path")
     parser.add_argument("--measure-env-only", metavar="EXAMPLE", help="(internal) env-only rate of EXAMPLE's env")
+    parser.add_argument("--measure-update", metavar="EXAMPLE", help="(internal) update rate of EXAMPLE's agent")
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.chunks, args.chunk_steps, args.phases)))
         return
     if args.measure_env_only:
         print(json.dumps(measure_env_only(args.measure_env_only, args.example_steps)))
+        return
+    if args.measure_update:
+        print(json.dumps(measure_update(args.measure_update, args.updates)))
         return
     if not args.commit or not args.output:
         parser.error("--commit and --output are needed")
@@ -285,6 +327,8 @@ def main() -> None:
               "workload": args.workload,
               "config": ("simple_spread N=3, 1 copy, per-agent policy and critic, rollouts 125, 10 epochs x 4 minibatches"
                          if args.workload == "same_work" else
+                         f"{example_script(args)} of each version, {args.updates} updates on one rollout"
+                         if args.workload == "example_update" else
                          f"{example_script(args)} of each version, {args.example_steps} env steps"),
               "simultaneous": args.simultaneous, "rounds": []}
     with tempfile.TemporaryDirectory() as folder:

@@ -63,6 +63,9 @@ class TrainedModel:
         """The rows of ``values`` ``(..., agents, features)`` where ``active`` ``(..., agents)`` is True, as this
         record's preprocessors take them in: one tensor for its model.
         """
+        if active.shape == values.shape[:-1] and bool(active.all()):  # every step active (the common case): the rows
+            # as they are, in the same order, without a masked copy
+            return values.reshape(-1, values.shape[-1])
         return values[active]
 
     def learning_rate(self) -> float:
