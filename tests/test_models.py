@@ -379,12 +379,16 @@ def tanh_kernel_restored():
 @pytest.mark.parametrize("kernel", ["torch", "sigmoid"])
 def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivative(kernel, tanh_kernel_restored):
     from marlparts.models import Tanh, choose_tanh_kernel, tanh
+    activations = tanh_kernel_restored
     from marlparts.models.activations import SIGMOID_TANH_MIN_ELEMENTS, _TanhFromSigmoid
 
     assert choose_tanh_kernel(kernel) == kernel
     large = torch.randn(SIGMOID_TANH_MIN_ELEMENTS, requires_grad=True)
     backward = type(tanh(large).grad_fn).__name__
     assert ("TanhBackward" in backward) == (kernel == "torch") and ("TanhFromSigmoid" in backward) == (kernel == "sigmoid")
+    with torch.no_grad():  # acting: the chosen kernel too, bit for bit (the two differ in the last bits)
+        assert torch.equal(tanh(large), torch.tanh(large)) == (kernel == "torch")
+        assert torch.equal(tanh(large), activations._tanh_from_sigmoid_without_gradient(large)) == (kernel == "sigmoid")
     x = torch.cat([torch.linspace(-30, 30, SIGMOID_TANH_MIN_ELEMENTS),
                    torch.tensor([0.0, -0.0, 1e-30, float("inf"), -float("inf")])])
     assert torch.allclose(tanh(x), torch.tanh(x), rtol=0, atol=3e-7)
@@ -436,21 +440,27 @@ def test_the_sigmoid_form_of_tanh_is_chosen_only_where_it_is_clearly_faster():
     assert faster_tanh_kernel(torch_seconds=1.0, sigmoid_seconds=0.9) == "torch"  # close: the exact kernel stays
 
 
-def test_the_tanh_kernel_is_timed_once_or_taken_from_the_environment_and_a_bad_name_is_refused(
-        tanh_kernel_restored, monkeypatch):
+def test_the_tanh_kernel_is_torch_tanh_unless_named_and_auto_times_both_once(tanh_kernel_restored, monkeypatch):
     from marlparts.models import choose_tanh_kernel, tanh_kernel
 
     activations = tanh_kernel_restored
-    assert choose_tanh_kernel("auto") in ("torch", "sigmoid")
-    timed = tanh_kernel()
-    monkeypatch.setattr(activations, "_time_tanh_kernels", lambda: pytest.fail("timed a second time"))
-    assert tanh_kernel() == timed
+    timings = []
+    monkeypatch.setattr(activations, "_time_tanh_kernels", lambda: timings.append(1) or (4.3e-3, 1.5e-3))
+    activations._chosen_kernel = None
+    monkeypatch.delenv("MARLPARTS_TANH_KERNEL", raising=False)
+    assert tanh_kernel() == "torch" and not timings  # the default: exact, nothing timed
     activations._chosen_kernel = None
     monkeypatch.setenv("MARLPARTS_TANH_KERNEL", "sigmoid")
-    assert tanh_kernel() == "sigmoid"
+    assert tanh_kernel() == "sigmoid" and not timings
+    activations._chosen_kernel = None
+    monkeypatch.setenv("MARLPARTS_TANH_KERNEL", "auto")
+    assert tanh_kernel() == "sigmoid" and tanh_kernel() == "sigmoid" and timings == [1]  # timed once, kept
+    assert choose_tanh_kernel("torch") == "torch" and tanh_kernel() == "torch"
     activations._chosen_kernel = None
     monkeypatch.setenv("MARLPARTS_TANH_KERNEL", "fastest")
     with pytest.raises(ValueError, match="MARLPARTS_TANH_KERNEL must be one of .*'fastest'"):
         tanh_kernel()
     with pytest.raises(ValueError, match="tanh kernel must be one of .*'tanh'"):
         choose_tanh_kernel("tanh")
+    monkeypatch.undo()
+    assert choose_tanh_kernel("auto") in ("torch", "sigmoid")  # the real timing runs and picks one

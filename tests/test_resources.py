@@ -21,6 +21,28 @@ def test_running_scaler_matches_batch_statistics_and_inverts():
     assert torch.allclose(scaler(standardised, inverse=True), data, atol=1e-4)
 
 
+def test_running_scaler_takes_exact_batch_statistics_of_offset_and_half_precision_rows():
+    # rows far from zero: the rounding of the batch mean must not bias the batch variance
+    torch.manual_seed(0)
+    rows = (torch.randn(49152, 4, dtype=torch.float64) * 1e-2 + 1e4).float()
+    folded = {}
+    scaler = RunningStandardScaler(4)
+    scaler._fold = lambda mean, variance, count: folded.update(mean=mean, variance=variance, count=count)
+    scaler.update(rows)
+    exact_mean, exact_variance = rows.double().mean(0), rows.double().var(0, unbiased=False)
+    assert folded["count"] == 49152
+    assert torch.allclose(folded["mean"], exact_mean, rtol=1e-7, atol=0)
+    assert torch.allclose(folded["variance"], exact_variance, rtol=1e-6, atol=0)
+    # half-precision rows: deviations of 300 square past float16's range, yet the variance stays finite and right
+    half = torch.cat([torch.randn(4095, 4), torch.full((1, 4), 300.0)]).half()
+    scaler = RunningStandardScaler(4)
+    scaler.update(half)
+    reference = RunningStandardScaler(4)
+    reference.update(half.float())
+    assert torch.isfinite(scaler.running_variance).all()
+    assert torch.allclose(scaler.running_variance, reference.running_variance, rtol=1e-6)
+
+
 def test_running_scaler_clips_and_checks_size():
     scaler = RunningStandardScaler(2, clip_threshold=1.0)
     assert scaler(torch.tensor([[10.0, -10.0]])).tolist() == [[1.0, -1.0]]
