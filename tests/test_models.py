@@ -379,9 +379,9 @@ def tanh_kernel_restored():
 @pytest.mark.parametrize("kernel", ["torch", "sigmoid"])
 def test_the_default_tanh_matches_torch_tanh_in_value_first_and_second_derivative(kernel, tanh_kernel_restored):
     from marlparts.models import Tanh, choose_tanh_kernel, tanh
-    activations = tanh_kernel_restored
     from marlparts.models.activations import SIGMOID_TANH_MIN_ELEMENTS, _TanhFromSigmoid
 
+    activations = tanh_kernel_restored
     assert choose_tanh_kernel(kernel) == kernel
     large = torch.randn(SIGMOID_TANH_MIN_ELEMENTS, requires_grad=True)
     backward = type(tanh(large).grad_fn).__name__

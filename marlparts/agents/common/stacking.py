@@ -20,7 +20,7 @@ from torch import nn
 from marlparts.agents.common.elementwise import stacking_obstacle
 from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.common.stacked_optimizer import MemberOptimizerState, StackedOptimizerSlice
-from marlparts.agents.common.trained_model import TrainedModel
+from marlparts.agents.common.trained_model import TrainedModel, active_rows
 from marlparts.models.stacked import StackedModels
 from marlparts.resources.preprocessors import RunningStandardScaler
 
@@ -127,7 +127,7 @@ class StackedTrainedModel(TrainedModel):
         """The rows of ``values`` ``(..., members, features)`` where ``active`` ``(..., members)`` is True, one
         tensor per member (each member's preprocessors take in its own agent's rows).
         """
-        return [values[..., k, :][active[..., k]] for k in range(len(self.member_names))]
+        return [active_rows(values[..., k, :], active[..., k]) for k in range(len(self.member_names))]
 
     def learning_rates(self) -> Dict[str, float]:
         """``{member name: learning rate}`` (one optimizer: the same rate for every member)."""

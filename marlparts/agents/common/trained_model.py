@@ -14,6 +14,15 @@ def optimizer_parameters(optimizer: torch.optim.Optimizer) -> List[torch.Tensor]
     return [parameter for group in optimizer.param_groups for parameter in group["params"]]
 
 
+def active_rows(values: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
+    """The rows of ``values`` ``(..., features)`` where ``active`` ``(...)`` is True, in order: ``values[active]``,
+    or, when every entry is active (the common case), the rows as they are, without a masked copy.
+    """
+    if active.shape == values.shape[:-1] and bool(active.all()):
+        return values.reshape(-1, values.shape[-1])
+    return values[active]
+
+
 @dataclass(eq=False)
 class TrainedModel:
     """A distinct model and what the algorithm keeps for it.
@@ -63,10 +72,7 @@ class TrainedModel:
         """The rows of ``values`` ``(..., agents, features)`` where ``active`` ``(..., agents)`` is True, as this
         record's preprocessors take them in: one tensor for its model.
         """
-        if active.shape == values.shape[:-1] and bool(active.all()):  # every step active (the common case): the rows
-            # as they are, in the same order, without a masked copy
-            return values.reshape(-1, values.shape[-1])
-        return values[active]
+        return active_rows(values, active)
 
     def learning_rate(self) -> float:
         """The optimizer's current learning rate."""
