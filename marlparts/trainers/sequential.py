@@ -16,7 +16,6 @@ from marlparts.trainers.opponents import Opponents
 from marlparts.trainers.progress import Progress
 from marlparts.utils.distributed import all_gather_tensors, is_main_process, rank_and_world_size
 from marlparts.utils.files import append_json_line, write_json_atomically
-from marlparts.utils.memory import reuse_freed_memory
 from marlparts.utils.seeding import EVALUATION_STREAM, OPPONENT_STREAM, SAMPLING_STREAM, TRAINING_STREAM, derived_seed
 from marlparts.utils.video import save_video
 
@@ -37,7 +36,6 @@ SEQUENTIAL_TRAINER_DEFAULT_CONFIG: Dict[str, Any] = {
     "video_format": "mp4",         # "mp4" or "gif" (imageio: pip install 'marlparts[video]')
     "video_fps": 10.0,
     "close_environment_at_exit": False,
-    "reuse_freed_memory": True,    # keep freed tensors' memory in the process (glibc): see utils.memory
 }
 
 
@@ -67,10 +65,6 @@ class SequentialTrainer(Trainer):
     that played in it, and appends its figures to ``evaluations.jsonl`` there: the run's learning
     curve (:mod:`marlparts.benchmark` reads it).
 
-    With ``reuse_freed_memory`` (the default) the process keeps the memory of freed tensors of up to 32 MiB for the
-    next ones rather than giving it back to the kernel and paging it in again at the next minibatch
-    (:func:`~marlparts.utils.memory.reuse_freed_memory`, glibc only; the setting holds for the whole process).
-
     The progress bar shows env steps per second (env copies × steps) and the mean return
     over agents of recently finished episodes, per team when several algorithms share the env.
     """
@@ -82,8 +76,6 @@ class SequentialTrainer(Trainer):
         for key, choices in (("eval_actions", EVAL_ACTIONS), ("team_return", TEAM_RETURNS)):
             if self.cfg[key] not in choices:
                 raise ValueError(f"trainer cfg['{key}'] must be one of {choices}, got {self.cfg[key]!r}")
-        if self.cfg["reuse_freed_memory"]:  # the next minibatch's tensors reuse the last one's memory
-            reuse_freed_memory()
         env = self.env
         self.statistics = EpisodeStatistics(env.possible_agents, env.num_envs, env.device)
         # the training env's (observations, states, infos) between steps and train() calls; None: reset first
