@@ -101,6 +101,16 @@ def test_continuous_actions_are_clipped_to_the_box():
     assert torch.all(rewards["agent_0"] == 1.0)
 
 
+def test_continuous_actions_that_are_not_real_numbers_are_refused_naming_the_agent():
+    env = wrap_env(lambda: ContinuousEnv(), num_envs=2, seed=0)
+    env.reset()
+    for bad in (torch.full((2, 2), 0.5 + 0.5j), np.full((2, 2), "0.5", dtype=object)):
+        actions = {u: torch.full((2, 2), 0.5) for u in env.possible_agents}
+        actions["agent_0"] = bad
+        with pytest.raises(TypeError, match=r"agent_0.*dtype .*real numbers"):
+            env.step(actions)
+
+
 def test_missing_agent_in_actions_is_named():
     env = wrap_env(lambda: CountingEnv(), num_envs=2)
     env.reset()

@@ -109,15 +109,20 @@ class CopyBlock:
         layout: spaces and column layouts.
         buffers: the whole batch's NumPy buffers.
         factory: builds a new copy in place of one that failed (None: failures are raised).
-        rebuild_seed: the seed the resets of rebuilt copies are drawn from (None: unseeded).
+        rebuild_seed: the seed the resets of rebuilt copies are drawn from (None: unseeded): the ``n``-th
+            rebuild of row ``r`` resets with ``derived_seed(rebuild_seed, r, n)``, whichever block holds the row.
+        rebuilds: how many times each row was rebuilt before (a block started again in a new worker process
+            goes on counting).
     """
 
     def __init__(self, envs: List[Any], rows: Sequence[int], layout: EnvLayout, buffers: Dict[str, np.ndarray],
-                 factory: Optional[Callable[[], Any]] = None, rebuild_seed: Optional[int] = None) -> None:
+                 factory: Optional[Callable[[], Any]] = None, rebuild_seed: Optional[int] = None,
+                 rebuilds: Optional[Dict[int, int]] = None) -> None:
         self.envs = envs
         self.factory = factory
         self.rebuild_seed = rebuild_seed
-        self.rebuilds = 0
+        self.rebuilds = {int(row): 0 for row in rows}
+        self.rebuilds.update(rebuilds or {})
         self.rows = list(rows)
         self.layout = layout
         self.b = buffers
@@ -179,9 +184,9 @@ class CopyBlock:
             self.envs[index].close()
         except Exception:  # a broken copy may fail to close: it is dropped all the same
             pass
-        self.rebuilds += 1
+        self.rebuilds[row] += 1
         env = self.envs[index] = self.factory()
-        seed = derived_seed(self.rebuild_seed, row, self.rebuilds)
+        seed = derived_seed(self.rebuild_seed, row, self.rebuilds[row])
         try:
             self._reset_copy(env, row, seed, clear=not episode_over)
         except _CopyRaised as again:
@@ -262,9 +267,15 @@ class CopyBlock:
         return frames
 
     def close(self) -> None:
-        """Close every copy."""
-        for env in self.envs:
-            env.close()
+        """Close every copy; then, if some raised in ``close``, raise :class:`EnvCopyError` naming them."""
+        errors = []
+        for env, row in zip(self.envs, self.rows):
+            try:
+                env.close()
+            except Exception as error:  # the other copies are closed all the same
+                errors.append(f"env copy {row} raised in close: {error!r}")
+        if errors:
+            raise EnvCopyError("\n".join(errors))
 
     def _action(self, row: int, uid: str) -> Any:
         space = self.layout.env_action_spaces[uid]

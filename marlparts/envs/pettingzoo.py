@@ -149,6 +149,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         copy's random stream, unless ``seed`` is given: then the copies are seeded anew from its
         streams (the same ``seed`` gives the same episodes, as evaluation wants).
         """
+        self._check_open("reset")
         if seed is not None:
             self.copy_seeds = copy_seeds(seed, self.num_envs, self.seed_stream, self.rank)
         self._count_failures(self.copies.reset(self.copy_seeds if seed is not None or not self._reset_done else None))
@@ -169,6 +170,7 @@ class PettingZooParallelWrapper(MultiAgentEnv):
 
     def step(self, actions: Mapping[str, torch.Tensor]) -> Tuple[Any, Any, Any, Any, Dict[str, Any]]:
         """Apply one action per agent per copy; see :class:`MultiAgentEnv` for what comes back."""
+        self._check_open("step")
         if not self._reset_done:
             raise RuntimeError("call reset() before step()")
         self._write_actions(actions)
@@ -206,6 +208,10 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         if not self._closed:
             self._closed = True
             self.copies.close()
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"cannot {what}: this env was closed (its copies are gone); make a new one")
 
     def _count_failures(self, failures: List[CopyFailure]) -> None:
         """Warn of each copy rebuilt; raise its error once more than ``max_env_failures`` happened."""
@@ -283,8 +289,8 @@ class PettingZooParallelWrapper(MultiAgentEnv):
 
     @staticmethod
     def _action_array(uid: str, action: Any, space: gymnasium.Space) -> np.ndarray:
-        """``action`` (a tensor or NumPy array) as a NumPy array, with a clear error for other types or
-        for floats given to an integer (``Discrete``, ``MultiDiscrete``) space.
+        """``action`` (a tensor or NumPy array) as a NumPy array, with a clear error for other types, for values
+        that are not real numbers, or for floats given to an integer (``Discrete``, ``MultiDiscrete``) space.
         """
         if isinstance(action, torch.Tensor):
             array = action.detach().cpu().numpy()
@@ -293,6 +299,10 @@ class PettingZooParallelWrapper(MultiAgentEnv):
         else:
             raise TypeError(f"action for agent {uid!r} is a {type(action).__name__}; step() takes a torch tensor (or "
                             f"NumPy array) of shape (num_envs, columns) per agent")
+        if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+                or array.dtype == np.bool_):  # complex numbers would lose their imaginary part; objects, strings
+            raise TypeError(f"action for agent {uid!r} has dtype {str(action.dtype).replace('torch.', '')}: actions "
+                            f"are real numbers (action space {space})")
         integer_space = isinstance(space, (gymnasium.spaces.Discrete, gymnasium.spaces.MultiDiscrete))
         if integer_space and not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"action for agent {uid!r} has dtype {str(action.dtype).replace('torch.', '')}, but its "

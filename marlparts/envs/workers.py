@@ -5,6 +5,9 @@ by each worker's :class:`~marlparts.envs.copies.CopyBlock`.
 """
 
 import multiprocessing as mp
+import random
+import sys
+import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -14,16 +17,39 @@ from marlparts.envs.copies import CopyBlock, CopyFailure, EnvCopyError, allocate
 from marlparts.envs.layout import EnvLayout
 from marlparts.utils.seeding import derived_seed
 
+#: The last element of the seed keys of a restarted worker's new copies, and of its global generators.
+RESTARTED_COPIES, GLOBAL_GENERATORS = 1, 2
+#: Seconds that :meth:`WorkerCopies.close` waits for the replies a command still owes, then for the copies to close.
+CLOSE_TIMEOUT = 5.0
+
+
+def seed_global_generators(seed: Optional[int]) -> None:
+    """Seed this process's global generators (Python's, NumPy's, PyTorch's if loaded) with ``seed``, or from fresh
+    entropy where it is None: a forked worker would otherwise draw the same numbers as every other worker.
+    """
+    random.seed(seed)
+    np.random.seed(None if seed is None else seed % 2 ** 32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed) if seed is not None else torch.seed()
+
 
 def _worker_main(connection: Any, factory: Callable[[], Any], rows: List[int], layout: EnvLayout,
-                 raw_buffers: Dict[str, Any], num_envs: int, recover: bool, rebuild_seed: Optional[int]) -> None:
+                 raw_buffers: Dict[str, Any], num_envs: int, recover: bool, rebuild_seed: Optional[int],
+                 rebuilds: Dict[int, int], generator_seed: Optional[int], inherited: Sequence[Any]) -> None:
     """Command loop of one worker process: ``reset``, ``step``, ``render``, ``close``. ``reset`` and ``step``
     answer with the copies rebuilt on the way (without the exceptions, which stay in this process).
+
+    ``inherited`` are the main process's ends of the workers' pipes, which a forked worker holds too: they are
+    closed first, so that the worker reads the end of its pipe (and stops) when the main process is gone.
     """
+    for end in inherited:
+        end.close()
+    seed_global_generators(generator_seed)
     block = None
     try:
         block = CopyBlock([factory() for _ in rows], rows, layout, as_arrays(raw_buffers, layout, num_envs),
-                          factory if recover else None, rebuild_seed)
+                          factory if recover else None, rebuild_seed, rebuilds)
         connection.send(("ok", None))
         while True:
             command, argument = connection.recv()
@@ -39,6 +65,8 @@ def _worker_main(connection: Any, factory: Callable[[], Any], rows: List[int], l
                     return
             except Exception as error:  # report to the main process, which raises
                 connection.send(("error", f"{error}\n{traceback.format_exc()}"))
+                if command == "close":
+                    return
     except (EOFError, KeyboardInterrupt, BrokenPipeError):
         pass
     except Exception as error:
@@ -52,10 +80,15 @@ class WorkerCopies:
     """Copies split over ``workers`` processes that step in parallel, writing to shared memory.
 
     Worker processes are forked where the platform allows it, so an env factory may be a
-    lambda; elsewhere the factory must be picklable.
+    lambda; elsewhere the factory must be picklable. Each worker seeds its global generators (Python's,
+    NumPy's, PyTorch's) from its own stream, so copies that draw from them do not replay one another.
 
     With ``recover``, copies that raise are rebuilt inside their worker (see :class:`CopyBlock`), and a
     worker process that dies is started again: its copies are new, and their episodes end as failed.
+
+    A command interrupted in this process before every worker answered (an exception raised while waiting,
+    such as ``KeyboardInterrupt``) leaves the copies out of step with it: later commands raise
+    :class:`EnvCopyError` rather than return the interrupted command's results; :meth:`close` still works.
     """
 
     def __init__(self, factory: Callable[[], Any], layout: EnvLayout, num_envs: int, workers: int, *,
@@ -69,64 +102,105 @@ class WorkerCopies:
         self.factory, self.layout, self.num_envs, self.recover = factory, layout, num_envs, recover
         self.rebuild_seed, self.restarts = rebuild_seed, 0
         self.rows = [[int(r) for r in rows] for rows in np.array_split(np.arange(num_envs), workers)]
+        self.rebuilds = {row: 0 for row in range(num_envs)}  # how many times each copy was rebuilt in its worker
         self.connections: List[Any] = [None] * workers
         self.processes: List[Any] = [None] * workers
-        for index in range(workers):
-            self._start_worker(index)
-        self._collect("start")
+        self.owed = [0] * workers  # replies each worker still owes for commands sent
+        self.pending = ""  # the last command sent
+        try:
+            for index in range(workers):
+                self._start_worker(index)
+            self.owed = [1] * workers  # each worker reports that it started
+            self._collect("start")
+        except BaseException:
+            self._stop_processes(0.0)
+            raise
 
     def _start_worker(self, index: int) -> None:
+        if self.connections[index] is not None:  # the pipe of a worker that died
+            self.connections[index].close()
+            self.connections[index] = None
         parent, child = self.context.Pipe()
+        fork = self.context.get_start_method() == "fork"
+        inherited = [parent] + [connection for connection in self.connections if connection is not None] if fork else []
+        rows = self.rows[index]
         process = self.context.Process(target=_worker_main, daemon=True, args=(
-            child, self.factory, self.rows[index], self.layout, self.raw, self.num_envs, self.recover,
-            derived_seed(self.rebuild_seed, index, self.restarts)))
+            child, self.factory, rows, self.layout, self.raw, self.num_envs, self.recover, self.rebuild_seed,
+            {row: self.rebuilds[row] for row in rows},
+            derived_seed(self.rebuild_seed, index, self.restarts, GLOBAL_GENERATORS), inherited))
         process.start()
         child.close()
         self.connections[index], self.processes[index] = parent, process
+        self.owed[index] = 0
+
+    def _refuse_if_out_of_step(self, command: str) -> None:
+        if any(self.owed):
+            waiting = [index for index, owed in enumerate(self.owed) if owed]
+            raise EnvCopyError(f"cannot {command}: an earlier {self.pending} was interrupted before workers {waiting} "
+                               f"answered, so the env copies are out of step with this process (their results would "
+                               f"be those of the interrupted command); close() this env and make a new one")
 
     def _broadcast(self, command: str, argument: Any = None) -> List[Any]:
-        for connection in self.connections:
-            connection.send((command, argument))
-        return self._collect(command)
+        self._refuse_if_out_of_step(command)
+        self.pending = command
+        unreachable = set()
+        for index, connection in enumerate(self.connections):
+            try:
+                connection.send((command, argument))
+                self.owed[index] += 1
+            except (BrokenPipeError, OSError):  # the worker died since the last command
+                unreachable.add(index)
+        return self._collect(command, unreachable)
 
-    def _collect(self, command: str) -> List[Any]:
+    def _collect(self, command: str, unreachable: Sequence[int] = ()) -> List[Any]:
         results, errors = [], []
         for index, connection in enumerate(self.connections):
             try:
+                if index in unreachable:
+                    raise EOFError
                 status, payload = connection.recv()
+                self.owed[index] -= 1
             except EOFError:
+                self.owed[index] = 0
                 if self.recover and command in ("reset", "step"):
                     results.append(self._restart_worker(index, command))
                     continue
-                status, payload = "error", "the worker process died"
+                status, payload = "died", self._death_message(index, command)
             if status == "error":
                 errors.append(f"worker {index} during {command}: {payload}")
+            elif status == "died":
+                errors.append(payload)
+            elif command in ("reset", "step"):
+                for failure in payload:  # rebuilt in the worker: its next rebuild draws the next seed
+                    self.rebuilds[failure.row] += 1
             results.append(payload)
         if errors:
             raise EnvCopyError("\n".join(errors))
         return results
 
+    def _death_message(self, index: int, command: str) -> str:
+        self.processes[index].join(timeout=5)
+        return (f"worker {index}, which steps env copies {self.rows[index]}, died during {command} "
+                f"(exit code {self.processes[index].exitcode})")
+
     def _restart_worker(self, index: int, command: str) -> List[CopyFailure]:
         """Start worker ``index`` again and reset its new copies; each of its rows ends its episode as failed."""
-        self.processes[index].join(timeout=5)
-        exit_code = self.processes[index].exitcode
+        message = self._death_message(index, command)
         self.restarts += 1
         self._start_worker(index)
         connection = self.connections[index]
         seeds: List[Optional[int]] = [None] * self.num_envs
         for row in self.rows[index]:  # the new copies' episodes drawn from the run's seed
-            seeds[row] = derived_seed(self.rebuild_seed, row, self.restarts, 1)
+            seeds[row] = derived_seed(self.rebuild_seed, row, self.restarts, RESTARTED_COPIES)
         for request in (None, ("reset", seeds)):
             if request is not None:
                 connection.send(request)
             status, payload = connection.recv()
             if status == "error":
-                raise EnvCopyError(f"worker {index} died during {command} (exit code {exit_code}) and its restart "
-                                   f"failed: {payload}")
+                raise EnvCopyError(f"{message}, and its restart failed: {payload}")
         rows = self.rows[index]
         self.buffers["episode_end"][rows] = command == "step"
         self.buffers["failed"][rows] = command == "step"
-        message = f"worker {index}, which steps env copies {rows}, died during {command} (exit code {exit_code})"
         return [CopyFailure(row, command, message, None) for row in rows]
 
     def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> List[CopyFailure]:
@@ -140,8 +214,12 @@ class WorkerCopies:
 
     def render(self) -> Any:
         """Render copy 0 (in worker 0)."""
+        self._refuse_if_out_of_step("render")
+        self.pending = "render"
         self.connections[0].send(("render", None))
+        self.owed[0] += 1
         status, payload = self.connections[0].recv()
+        self.owed[0] -= 1
         if status == "error":
             raise EnvCopyError(f"worker 0 during render: {payload}")
         return payload
@@ -152,14 +230,50 @@ class WorkerCopies:
                          "copies the trainer makes are")
 
     def close(self) -> None:
-        """Close the copies and join the workers."""
-        for connection in self.connections:
+        """Close the copies and end the workers: first the replies an interrupted command still owes are read, then
+        every worker is asked to close its copies; a worker that has not done so within :data:`CLOSE_TIMEOUT`
+        seconds of each (a copy that hangs) is terminated. An error of a copy's ``close`` is raised afterwards.
+        """
+        deadline = time.monotonic() + CLOSE_TIMEOUT
+        for index, connection in enumerate(self.connections):
+            try:
+                while self.owed[index] and connection.poll(max(deadline - time.monotonic(), 0.0)):
+                    connection.recv()
+                    self.owed[index] -= 1
+            except (EOFError, OSError):
+                self.owed[index] = 0
+        asked = []
+        for index, connection in enumerate(self.connections):
+            if self.owed[index]:  # still busy with the interrupted command: terminated below
+                continue
             try:
                 connection.send(("close", None))
-                connection.recv()
-            except (BrokenPipeError, EOFError, OSError):
+                asked.append(index)
+            except (BrokenPipeError, OSError):
                 pass
+        deadline, errors = time.monotonic() + CLOSE_TIMEOUT, []
+        for index in asked:
+            try:
+                if self.connections[index].poll(max(deadline - time.monotonic(), 0.0)):
+                    status, payload = self.connections[index].recv()
+                    if status == "error":
+                        errors.append(f"worker {index} during close: {payload}")
+            except (EOFError, OSError):
+                pass
+        self._stop_processes(max(deadline - time.monotonic(), 0.0))
+        if errors:
+            raise EnvCopyError("\n".join(errors))
+
+    def _stop_processes(self, timeout: float) -> None:
+        """Join the workers for up to ``timeout`` seconds in all, terminate those still alive, close the pipes."""
+        deadline = time.monotonic() + timeout
         for process in self.processes:
-            process.join(timeout=5)
+            if process is None:
+                continue
+            process.join(timeout=max(deadline - time.monotonic(), 0.0))
             if process.is_alive():
                 process.terminate()
+                process.join(timeout=1)
+        for connection in self.connections:
+            if connection is not None:
+                connection.close()
