@@ -1,6 +1,7 @@
 """Env copies in worker processes: what happens when a step is interrupted, a worker dies or a copy hangs,
 and how the processes end."""
 
+import multiprocessing as mp
 import os
 import random
 import signal
@@ -76,6 +77,37 @@ class SeededFailEnv(CountingEnv):
 
     def draw(self, observations):
         return {uid: np.array([self.generator.random(), 0, 0], dtype=np.float32) for uid in observations}
+
+
+class RestartTroubleEnv(CountingEnv):
+    """Once ``TROUBLE`` is set in the environment, a copy built in a worker process is slow to build (``"slow"``)
+    or ends its process in ``reset`` (``"crash"``): the copies of a worker started again after a death."""
+
+    def __init__(self):
+        super().__init__(max_steps=50, leave_at=-1)
+        if in_worker() and os.environ.get("TROUBLE") == "slow":
+            time.sleep(0.6)
+
+    def reset(self, seed=None, options=None):
+        if in_worker() and os.environ.get("TROUBLE") == "crash":
+            os._exit(11)
+        return super().reset(seed=seed, options=options)
+
+
+def in_worker():
+    return mp.current_process().name != "MainProcess"
+
+
+@pytest.fixture
+def trouble(monkeypatch):
+    """Sets ``TROUBLE`` for the workers forked after it is set."""
+    return lambda kind: monkeypatch.setenv("TROUBLE", kind)
+
+
+def kill_worker(env, index):
+    process = env.copies.processes[index]
+    os.kill(process.pid, signal.SIGKILL)
+    process.join()
 
 
 def actions(env, value=0):
@@ -168,7 +200,7 @@ def test_close_does_not_wait_for_a_copy_that_hangs():
         signal.signal(signal.SIGALRM, previous)
     began = time.perf_counter()
     env.close()
-    assert time.perf_counter() - began < 12
+    assert time.perf_counter() - began < 8  # 5 s for the hung step's reply, then terminated at once
     assert not any(process.is_alive() for process in env.copies.processes)
 
 
@@ -286,3 +318,50 @@ def test_rebuilt_copies_play_the_same_episodes_whichever_the_number_of_workers()
     in_process = trajectory(0)
     for workers in (2, 4):
         assert torch.equal(trajectory(workers), in_process), workers
+
+
+@posix_only
+def test_a_step_interrupted_while_a_dead_worker_is_started_again_is_noticed(trouble):
+    env = wrap_env(RestartTroubleEnv, num_envs=2, workers=2, seed=0, max_env_failures=5)
+    env.reset()
+    env.step(actions(env, 1))
+    trouble("slow")
+    kill_worker(env, 1)
+
+    def interrupt(*_):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)  # while the new worker builds its copy
+        with pytest.raises(Interrupted):
+            env.step(actions(env, 2))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    with pytest.raises(EnvCopyError, match="interrupted"):
+        env.step(actions(env, 3))
+    env.close()
+    assert not any(process.is_alive() for process in env.copies.processes)
+
+
+@posix_only
+def test_a_worker_started_again_that_dies_too_is_named_and_the_others_replies_are_read(trouble):
+    env = wrap_env(RestartTroubleEnv, num_envs=4, workers=2, seed=0, max_env_failures=5)
+    env.reset()
+    trouble("crash")
+    kill_worker(env, 0)
+    for _ in range(2):  # the second time too: not taken for an interrupted step
+        with pytest.raises(EnvCopyError, match=r"worker 0, which steps env copies \[0, 1\].*started in its place died"):
+            env.step(actions(env))
+    env.close()
+
+
+@posix_only
+def test_rendering_with_a_dead_worker_names_it():
+    env = wrap_env(CountingEnv, num_envs=2, workers=2, seed=0)
+    env.reset()
+    kill_worker(env, 0)
+    with pytest.raises(EnvCopyError, match=r"worker 0, which steps env copies \[0\], died during render"):
+        env.render()
+    env.close()

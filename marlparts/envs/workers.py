@@ -107,16 +107,17 @@ class WorkerCopies:
         self.processes: List[Any] = [None] * workers
         self.owed = [0] * workers  # replies each worker still owes for commands sent
         self.pending = ""  # the last command sent
+        self.closed = False
         try:
             for index in range(workers):
                 self._start_worker(index)
-            self.owed = [1] * workers  # each worker reports that it started
             self._collect("start")
         except BaseException:
-            self._stop_processes(0.0)
+            self._stop_processes(0.0, terminate_now=range(workers))
             raise
 
     def _start_worker(self, index: int) -> None:
+        """Start worker ``index`` (again, in place of one that died); it owes the reply that it started."""
         if self.connections[index] is not None:  # the pipe of a worker that died
             self.connections[index].close()
             self.connections[index] = None
@@ -128,12 +129,34 @@ class WorkerCopies:
             child, self.factory, rows, self.layout, self.raw, self.num_envs, self.recover, self.rebuild_seed,
             {row: self.rebuilds[row] for row in rows},
             derived_seed(self.rebuild_seed, index, self.restarts, GLOBAL_GENERATORS), inherited))
+        self.owed[index] = 1
         process.start()
         child.close()
         self.connections[index], self.processes[index] = parent, process
-        self.owed[index] = 0
+
+    def _send(self, index: int, message: Any) -> bool:
+        """Send ``message`` to worker ``index``, counting the reply it owes; ``False`` where the worker is gone."""
+        self.owed[index] += 1  # counted before: an interruption just after the send still leaves the count
+        try:
+            self.connections[index].send(message)
+            return True
+        except (BrokenPipeError, OSError):
+            self.owed[index] -= 1
+            return False
+
+    def _receive(self, index: int) -> Optional[Any]:
+        """The next reply of worker ``index``, ``(status, payload)``; None where the worker is gone."""
+        try:
+            reply = self.connections[index].recv()
+        except (EOFError, OSError):
+            self.owed[index] = 0
+            return None
+        self.owed[index] -= 1
+        return reply
 
     def _refuse_if_out_of_step(self, command: str) -> None:
+        if self.closed:
+            raise RuntimeError(f"cannot {command}: these env copies were closed")
         if any(self.owed):
             waiting = [index for index, owed in enumerate(self.owed) if owed]
             raise EnvCopyError(f"cannot {command}: an earlier {self.pending} was interrupted before workers {waiting} "
@@ -143,29 +166,25 @@ class WorkerCopies:
     def _broadcast(self, command: str, argument: Any = None) -> List[Any]:
         self._refuse_if_out_of_step(command)
         self.pending = command
-        unreachable = set()
-        for index, connection in enumerate(self.connections):
-            try:
-                connection.send((command, argument))
-                self.owed[index] += 1
-            except (BrokenPipeError, OSError):  # the worker died since the last command
-                unreachable.add(index)
-        return self._collect(command, unreachable)
+        sent = [self._send(index, (command, argument)) for index in range(len(self.connections))]
+        return self._collect(command, sent)
 
-    def _collect(self, command: str, unreachable: Sequence[int] = ()) -> List[Any]:
+    def _collect(self, command: str, sent: Optional[Sequence[bool]] = None) -> List[Any]:
+        """Every worker's reply to ``command`` (those ``sent`` it); a worker that is gone is started again where
+        copies recover, else named. Every reply is read before an error is raised.
+        """
         results, errors = [], []
-        for index, connection in enumerate(self.connections):
-            try:
-                if index in unreachable:
-                    raise EOFError
-                status, payload = connection.recv()
-                self.owed[index] -= 1
-            except EOFError:
-                self.owed[index] = 0
+        for index in range(len(self.connections)):
+            reply = self._receive(index) if sent is None or sent[index] else None
+            if reply is None:  # the worker died
                 if self.recover and command in ("reset", "step"):
-                    results.append(self._restart_worker(index, command))
+                    try:
+                        results.append(self._restart_worker(index, command))
+                    except EnvCopyError as error:
+                        errors.append(str(error))
                     continue
-                status, payload = "died", self._death_message(index, command)
+                reply = ("died", self._death_message(index, command))
+            status, payload = reply
             if status == "error":
                 errors.append(f"worker {index} during {command}: {payload}")
             elif status == "died":
@@ -188,16 +207,15 @@ class WorkerCopies:
         message = self._death_message(index, command)
         self.restarts += 1
         self._start_worker(index)
-        connection = self.connections[index]
         seeds: List[Optional[int]] = [None] * self.num_envs
         for row in self.rows[index]:  # the new copies' episodes drawn from the run's seed
             seeds[row] = derived_seed(self.rebuild_seed, row, self.restarts, RESTARTED_COPIES)
         for request in (None, ("reset", seeds)):
-            if request is not None:
-                connection.send(request)
-            status, payload = connection.recv()
-            if status == "error":
-                raise EnvCopyError(f"{message}, and its restart failed: {payload}")
+            reply = self._receive(index) if request is None or self._send(index, request) else None
+            if reply is None:
+                raise EnvCopyError(f"{message}, and the worker started in its place died too")
+            if reply[0] == "error":
+                raise EnvCopyError(f"{message}, and its restart failed: {reply[1]}")
         rows = self.rows[index]
         self.buffers["episode_end"][rows] = command == "step"
         self.buffers["failed"][rows] = command == "step"
@@ -216,13 +234,12 @@ class WorkerCopies:
         """Render copy 0 (in worker 0)."""
         self._refuse_if_out_of_step("render")
         self.pending = "render"
-        self.connections[0].send(("render", None))
-        self.owed[0] += 1
-        status, payload = self.connections[0].recv()
-        self.owed[0] -= 1
-        if status == "error":
-            raise EnvCopyError(f"worker 0 during render: {payload}")
-        return payload
+        reply = self._receive(0) if self._send(0, ("render", None)) else None
+        if reply is None:
+            raise EnvCopyError(self._death_message(0, "render"))
+        if reply[0] == "error":
+            raise EnvCopyError(f"worker 0 during render: {reply[1]}")
+        return reply[1]
 
     def start_recording(self) -> None:
         """Frames stay in the worker processes: record from copies stepped in this process."""
@@ -230,42 +247,45 @@ class WorkerCopies:
                          "copies the trainer makes are")
 
     def close(self) -> None:
-        """Close the copies and end the workers: first the replies an interrupted command still owes are read, then
-        every worker is asked to close its copies; a worker that has not done so within :data:`CLOSE_TIMEOUT`
-        seconds of each (a copy that hangs) is terminated. An error of a copy's ``close`` is raised afterwards.
+        """Close the copies and end the workers: the replies an interrupted command still owes are read (for up to
+        :data:`CLOSE_TIMEOUT` seconds), every worker that is free is asked to close its copies and given
+        :data:`CLOSE_TIMEOUT` seconds to do so, and the others (a copy that hangs) are terminated. An error of a
+        copy's ``close`` is raised afterwards.
         """
+        if self.closed:
+            return
+        self.closed = True
+        workers = range(len(self.connections))
         deadline = time.monotonic() + CLOSE_TIMEOUT
-        for index, connection in enumerate(self.connections):
+        for index in workers:
             try:
-                while self.owed[index] and connection.poll(max(deadline - time.monotonic(), 0.0)):
-                    connection.recv()
-                    self.owed[index] -= 1
-            except (EOFError, OSError):
+                while self.owed[index] and self.connections[index].poll(max(deadline - time.monotonic(), 0.0)):
+                    if self._receive(index) is None:
+                        break
+            except OSError:
                 self.owed[index] = 0
-        asked = []
-        for index, connection in enumerate(self.connections):
-            if self.owed[index]:  # still busy with the interrupted command: terminated below
-                continue
-            try:
-                connection.send(("close", None))
-                asked.append(index)
-            except (BrokenPipeError, OSError):
-                pass
+        busy = [index for index in workers if self.owed[index]]  # still in the interrupted command
+        asked = [index for index in workers if index not in busy and self._send(index, ("close", None))]
         deadline, errors = time.monotonic() + CLOSE_TIMEOUT, []
         for index in asked:
             try:
-                if self.connections[index].poll(max(deadline - time.monotonic(), 0.0)):
-                    status, payload = self.connections[index].recv()
-                    if status == "error":
-                        errors.append(f"worker {index} during close: {payload}")
-            except (EOFError, OSError):
-                pass
-        self._stop_processes(max(deadline - time.monotonic(), 0.0))
+                ready = self.connections[index].poll(max(deadline - time.monotonic(), 0.0))
+            except OSError:
+                continue
+            reply = self._receive(index) if ready else None
+            if reply is not None and reply[0] == "error":
+                errors.append(f"worker {index} during close: {reply[1]}")
+        self._stop_processes(max(deadline - time.monotonic(), 0.0), terminate_now=busy)
         if errors:
             raise EnvCopyError("\n".join(errors))
 
-    def _stop_processes(self, timeout: float) -> None:
-        """Join the workers for up to ``timeout`` seconds in all, terminate those still alive, close the pipes."""
+    def _stop_processes(self, timeout: float, terminate_now: Sequence[int] = ()) -> None:
+        """Terminate the workers ``terminate_now``, join the others for up to ``timeout`` seconds in all and
+        terminate those still alive, then close the pipes.
+        """
+        for index in terminate_now:
+            if self.processes[index] is not None:
+                self.processes[index].terminate()
         deadline = time.monotonic() + timeout
         for process in self.processes:
             if process is None:
