@@ -156,6 +156,28 @@ def test_evaluation_on_the_training_env_uses_its_own_seeds_and_training_goes_on_
     assert lengths[:5] != first_training[:5], "training restarts the same episodes after an evaluation"
 
 
+def test_a_run_evaluated_on_its_training_env_before_its_first_step_still_trains_from_the_envs_own_seeds(tmp_path):
+    def first_training_reset_seeds(eval_at_start):
+        inner = CountingEnv(max_steps=5, leave_at=99)
+        seeds = []
+        reset = inner.reset
+        inner.reset = lambda seed=None, options=None: seeds.append(seed) or reset(seed=seed, options=options)
+        env = wrap_env(inner, seed=0)  # an instance: evaluation runs on the training env
+        agent = build_mappo(env, rollouts=4, directory=str(tmp_path / str(eval_at_start)),
+                            cfg={"experiment": {"tensorboard": False}})
+        trainer = SequentialTrainer(env=env, agents=agent, cfg={
+            "timesteps": 3, "eval_interval": 6, "eval_episodes": 1, "eval_at_start": eval_at_start,
+            "disable_progressbar": True})
+        seeds.clear()  # (the wrapper's probe reset)
+        trainer.train()
+        return seeds[-1], env.copy_seeds
+
+    plain, own_seeds = first_training_reset_seeds(False)
+    assert plain == own_seeds[0]
+    after_evaluation, _ = first_training_reset_seeds(True)
+    assert after_evaluation == own_seeds[0], "training went on from the evaluation's seeds"
+
+
 def test_the_automatic_intervals_follow_each_train_call(tmp_path):
     env = counting()
     agent = build_mappo(env, rollouts=4, directory=str(tmp_path),

@@ -314,7 +314,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         self._initialised = True
         self._start_distributed()
         if self.experiment_dir is None or files_written_after(self.experiment_dir, self.timestep):
-            self.evaluated_at = None  # a folder of its own (fresh, or a branch): its curve starts at this step
+            self.forget_evaluations()  # a folder of its own (fresh, or a branch): its curve starts at this step
         if not is_main_process():  # under torchrun only rank 0 writes logs, checkpoints and reports
             self.experiment_dir = self.experiment_dir or self._named_folder()
             return
@@ -350,6 +350,13 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
                       f"resumed at step {self.timestep}, writes to {branch} so that they are kept", stacklevel=4)
         return branch
 
+    def forget_evaluations(self) -> None:
+        """Start the curve anew in a folder of its own: no evaluation at this step yet (``evaluated_at``), and no best
+        return to beat (its ``best_agent.pt`` is the best of its own evaluations, not of the checkpoint's run).
+        """
+        self.evaluated_at = None
+        self.best_return = -float("inf")
+
     def resume_folder(self, folder: Optional[str]) -> None:
         """Where a run goes on writing after a checkpoint of ``folder`` was loaded.
 
@@ -358,7 +365,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         over) keeps its folder. Either way, where that folder holds checkpoints or videos of steps after
         the loaded ``timestep``, the run branches into ``<folder>_from_<timestep>``, with a warning,
         so that they are never overwritten. A run that does not go on in the checkpoint's folder (a
-        fresh folder or a branch) forgets the checkpoint's ``evaluated_at``: its curve starts anew.
+        fresh folder or a branch) forgets the checkpoint's evaluations (:meth:`forget_evaluations`): its curve
+        starts anew.
         """
         if not self._initialised:
             named = self.cfg["experiment"]["experiment_name"]
@@ -369,7 +377,7 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         if self.experiment_dir is None:
             return
         if files_written_after(self.experiment_dir, self.timestep):
-            self.evaluated_at = None  # it branches: the new folder's curve starts at this step
+            self.forget_evaluations()  # it branches: the new folder's curve starts at this step
         if not is_main_process():
             return
         branch = self._branch_folder()

@@ -3,7 +3,7 @@
 import collections
 import os
 import time
-from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -82,6 +82,7 @@ class SequentialTrainer(Trainer):
         self._training_state: Optional[Tuple[Any, Any, Any]] = None
         self._training_resets = 0
         self._first_reset_step: Optional[int] = None  # the step of this trainer's first reset of the training env
+        self._evaluated_on_training_env = False  # an evaluation ran on the training env (no separate copies)
         # recent episode returns of each agent, shown per seat for turn-based games
         self._recent_seats: Dict[str, Deque[float]] = {uid: collections.deque(maxlen=100)
                                                        for uid in env.possible_agents} if env.turn_based else {}
@@ -170,7 +171,10 @@ class SequentialTrainer(Trainer):
         if self._first_reset_step is None:
             self._first_reset_step = timestep
         if self._first_reset_step == 0:  # a run from its start: the env's own seeds, then seeds by reset count
-            seed = derived_seed(self.env.seed, TRAINING_STREAM, self._training_resets) if self._training_resets else None
+            if self._training_resets:
+                seed = derived_seed(self.env.seed, TRAINING_STREAM, self._training_resets)
+            else:  # named where an evaluation on this env reset it first (it would go on from the evaluation's)
+                seed = self.env.seed if self._evaluated_on_training_env else None
         else:  # a run that went on from a checkpoint: seeds of the step it went on from
             seed = derived_seed(self.env.seed, TRAINING_STREAM, self._first_reset_step, self._training_resets)
         self._training_resets += 1
@@ -244,6 +248,7 @@ class SequentialTrainer(Trainer):
             self.eval_env = self.env.make_evaluation_env(int(self.cfg["eval_num_envs"] or self.env.num_envs)) or self.env
         if self.eval_env is self.env:
             self._training_state = None  # no separate copies: the training episodes in progress end here
+            self._evaluated_on_training_env = True
         return self.eval_env
 
     def eval(self, episodes: Optional[int] = None, *, video: Optional[bool] = None,
@@ -286,7 +291,10 @@ class SequentialTrainer(Trainer):
             to ``evaluations.jsonl``, in the experiment folder of each algorithm that played a seat, each with
             that algorithm's own ``"timestep"`` and ``"env_steps"``, where the returned dict has the furthest
             algorithm's (a team that went on from a checkpoint beside a new one is ahead of it). An
-            evaluation of fixed policies in every seat of an algorithm leaves its files as they were.
+            evaluation of fixed policies in every seat of an algorithm leaves its files as they were (its video
+            too). An evaluation with ``opponents`` given measures the algorithms against other seats than they
+            train against: it adds no point to their learning curves (``evaluations.jsonl``), and its video is
+            named ``eval_<timestep>_against_others``.
         """
         episodes = self.cfg["eval_episodes"] if episodes is None else episodes
         TRAINER_CONFIG_RANGES["eval_episodes"].check("eval(episodes=)", episodes)
@@ -298,26 +306,28 @@ class SequentialTrainer(Trainer):
         passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
         if set(self._fixed_policies(opponents)) >= set(env.possible_agents):  # no algorithm plays: one pass
             passes = passes[:1]
+        fixed = self._fixed_policies(opponents)
+        # an evaluation in which fixed policies played every seat of an algorithm is no report of it
+        played = [any(uid not in fixed for uid in agent.possible_agents) for agent in self.agents]
         reports = {}
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
             reports[actions] = self._evaluation_pass(env, episodes, seed=seed, seats=seats, timestep=timestep,
                                                      lags=lags, sampled=actions == "sampled",
-                                                     video=video and actions == passes[0])
+                                                     video=video and actions == passes[0], played=played,
+                                                     against_others=bool(opponents))
         report = dict(reports[passes[0]])
         report["actions"] = passes[0]
         if len(passes) > 1:
             report.update(reports)
-        fixed = report["opponents"]
-        for agent, team in zip(self.agents, self.teams):
-            # an evaluation in which fixed policies played every seat of an algorithm is no report of it
-            played = any(uid not in fixed for uid in agent.possible_agents)
-            if played and agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) \
+        for agent, team, plays in zip(self.agents, self.teams, played):
+            if plays and agent.experiment_dir is not None and os.path.isdir(agent.experiment_dir) \
                     and is_main_process():
                 own = self._at_own_step(agent, report)  # the algorithm's own step (a team may be behind another)
                 write_json_atomically(own, os.path.join(agent.experiment_dir, "evaluation.json"))
-                append_json_line(learning_curve_point(own, team, reports),
-                                 os.path.join(agent.experiment_dir, "evaluations.jsonl"))
+                if not opponents:  # seats other than those it trains against measure something else than its curve
+                    append_json_line(learning_curve_point(own, team, reports),
+                                     os.path.join(agent.experiment_dir, "evaluations.jsonl"))
         self.notify("on_evaluation", report)
         return report
 
@@ -341,8 +351,11 @@ class SequentialTrainer(Trainer):
         return timestep * self.env.num_envs * rank_and_world_size()[1]
 
     def _evaluation_pass(self, env: MultiAgentEnv, episodes: int, *, seed: Optional[int], seats: Optional[Opponents],
-                         timestep: int, lags: List[int], sampled: bool, video: bool) -> Dict[str, Any]:
-        """One pass of ``episodes`` evaluation episodes with greedy or ``sampled`` actions, and its report.
+                         timestep: int, lags: List[int], sampled: bool, video: bool, played: Sequence[bool],
+                         against_others: bool) -> Dict[str, Any]:
+        """One pass of ``episodes`` evaluation episodes with greedy or ``sampled`` actions, and its report. A video
+        goes to the algorithms that ``played`` a seat (named apart where the pass is ``against_others``: seats
+        other than those the algorithms train against).
 
         The pass draws its random numbers from PyTorch generators of its own, seeded from ``seed``: an
         evaluation repeats itself (sampled actions included) and leaves the training's random stream as it was.
@@ -379,7 +392,7 @@ class SequentialTrainer(Trainer):
         report["env_steps"] = self._env_steps(timestep)
         report["opponents"] = list(fixed)
         if collected.frames is not None:
-            report["videos"] = self._write_videos(collected.frames)
+            report["videos"] = self._write_videos(collected.frames, played, against_others)
         return report
 
     def _evaluation_opponents(self, env: MultiAgentEnv, opponents: Optional[Mapping[str, Any]],
@@ -399,19 +412,22 @@ class SequentialTrainer(Trainer):
         merged.update(opponents or {})
         return merged
 
-    def _write_videos(self, frames: np.ndarray) -> List[str]:
-        """Save ``frames`` in each algorithm's experiment folder, named by its own step, and send them to its
-        trackers.
+    def _write_videos(self, frames: np.ndarray, played: Sequence[bool], against_others: bool) -> List[str]:
+        """Save ``frames`` in the experiment folder of each algorithm that ``played`` a seat, named by its own step
+        (``eval_<step>``, or ``eval_<step>_against_others`` for seats other than those it trains against, so that
+        its own evaluation's video stays), and send them to its trackers.
         """
         fps, extension = float(self.cfg["video_fps"]), str(self.cfg["video_format"]).lower()
+        name = "eval_{}_against_others" if against_others else "eval_{}"
+        tag = "Evaluation / video against others" if against_others else "Evaluation / video"
         paths = []
-        for agent in self.agents:
-            if agent.experiment_dir is None:
+        for agent, plays in zip(self.agents, played):
+            if agent.experiment_dir is None or not plays:
                 continue
             paths.append(save_video(frames, os.path.join(agent.experiment_dir, "videos",
-                                                         f"eval_{agent.timestep}.{extension}"), fps=fps))
+                                                         f"{name.format(agent.timestep)}.{extension}"), fps=fps))
             if agent.tracker is not None:
-                agent.tracker.write_video("Evaluation / video", frames, fps, agent.timestep)
+                agent.tracker.write_video(tag, frames, fps, agent.timestep)
         return paths
 
     def _close_environments(self) -> None:
