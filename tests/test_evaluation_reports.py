@@ -126,3 +126,28 @@ def test_a_random_policy_opponent_of_training_is_played_by_a_generator_of_its_ow
     moves_after_evaluations, evaluations = run(True)
     assert evaluations[0] == evaluations[1]  # an evaluation repeats itself
     assert moves_after_evaluations == moves  # and leaves the training opponent's stream as it was
+
+
+def test_an_evaluation_naming_the_trainers_own_opponents_is_a_point_of_the_learning_curve(tmp_path):
+    env = counting()
+    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
+    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": "random"},
+                                cfg={"timesteps": 4, "disable_progressbar": True})
+    trainer.train()
+    curve = pathlib.Path(agent.experiment_dir) / "evaluations.jsonl"
+    trainer.eval(episodes=2, opponents={"agent_2": "random"})  # the seats it trains against, named again
+    assert len(curve.read_text().splitlines()) == 1
+
+
+def test_a_subclass_of_random_policy_plays_as_itself_in_evaluations(tmp_path):
+    class AlwaysThree(RandomPolicy):
+        def __call__(self, observation, action_mask=None):
+            return torch.full((observation.shape[0], 1), 3, dtype=torch.long)
+
+    env = counting()
+    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
+    trainer = SequentialTrainer(env=env, agents=agent,
+                                opponents={"agent_2": AlwaysThree(gymnasium.spaces.Discrete(4), seed=0)},
+                                cfg={"timesteps": 4, "disable_progressbar": True})
+    report = trainer.eval(episodes=2)
+    assert report["returns"]["agent_2"] == pytest.approx(3.0 * 4)  # CountingEnv: the reward is the action

@@ -112,3 +112,12 @@ def test_loading_an_earlier_checkpoint_into_a_running_agent_branches_its_writers
     second_branch.load(str(tmp_path / "run" / "checkpoints" / "agent_10.pt"))
     with pytest.warns(UserWarning, match="run_from_10_2"):
         train(second_branch, 1)
+
+
+@pytest.mark.parametrize("video", ["eval_8.gif", "eval_8_against_others.mp4"])
+def test_a_later_evaluation_video_counts_as_a_file_of_that_step(tmp_path, video):
+    from marlparts.utils.run_folders import files_written_after
+
+    (tmp_path / "videos").mkdir()
+    (tmp_path / "videos" / video).write_bytes(b"frames")
+    assert files_written_after(str(tmp_path), 4) and not files_written_after(str(tmp_path), 8)

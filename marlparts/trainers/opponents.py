@@ -75,7 +75,8 @@ class Opponents:
     ``"random"`` seats get random players with generators of their own, seeded from ``seed`` (a new
     ``Opponents`` with the same seed plays the same moves); a :class:`RandomPolicy` or a function
     given by the user is called as it is, with its own state (seed it yourself), except that for an
-    evaluation a :class:`RandomPolicy` is replaced by one seeded from ``seed`` like a ``"random"`` seat
+    evaluation a :class:`RandomPolicy` (the class itself, not a subclass) is replaced by one seeded from ``seed``
+    like a ``"random"`` seat
     (the evaluation repeats itself and leaves the training player's generator as it was). Algorithms act in
     evaluation mode: for an evaluation (``evaluation``) each plays as a frozen copy of itself (a deep
     copy per evaluation), so nothing of the evaluation (mode, recurrent state) reaches the algorithm;
@@ -107,7 +108,7 @@ class Opponents:
                 raise ValueError(f"opponents[{uid!r}] is {policy!r}; the only named policy is 'random'")
             if isinstance(policy, str):  # a generator of its own, from the trainer's seed
                 policy = RandomPolicy(env.action_space(uid), seed=derived_seed(seed, index))
-            elif isinstance(policy, RandomPolicy) and evaluation:  # the same, so that training's stays untouched
+            elif type(policy) is RandomPolicy and evaluation:  # the same, so that training's stays untouched
                 policy = RandomPolicy(policy.action_space, seed=derived_seed(seed, index))
             if isinstance(policy, MultiAgent):
                 if uid not in policy.possible_agents:

@@ -292,9 +292,9 @@ class SequentialTrainer(Trainer):
             that algorithm's own ``"timestep"`` and ``"env_steps"``, where the returned dict has the furthest
             algorithm's (a team that went on from a checkpoint beside a new one is ahead of it). An
             evaluation of fixed policies in every seat of an algorithm leaves its files as they were (its video
-            too). An evaluation with ``opponents`` given measures the algorithms against other seats than they
-            train against: it adds no point to their learning curves (``evaluations.jsonl``), and its video is
-            named ``eval_<timestep>_against_others``.
+            too). An evaluation whose ``opponents`` put other policies in seats than those the algorithms train
+            against measures something else: it adds no point to their learning curves (``evaluations.jsonl``),
+            and its video is named ``eval_<timestep>_against_others``.
         """
         episodes = self.cfg["eval_episodes"] if episodes is None else episodes
         TRAINER_CONFIG_RANGES["eval_episodes"].check("eval(episodes=)", episodes)
@@ -309,13 +309,14 @@ class SequentialTrainer(Trainer):
         fixed = self._fixed_policies(opponents)
         # an evaluation in which fixed policies played every seat of an algorithm is no report of it
         played = [any(uid not in fixed for uid in agent.possible_agents) for agent in self.agents]
+        against_others = fixed != self._fixed_policies(None)  # other seats than the algorithms train against
         reports = {}
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
             reports[actions] = self._evaluation_pass(env, episodes, seed=seed, seats=seats, timestep=timestep,
                                                      lags=lags, sampled=actions == "sampled",
                                                      video=video and actions == passes[0], played=played,
-                                                     against_others=bool(opponents))
+                                                     against_others=against_others)
         report = dict(reports[passes[0]])
         report["actions"] = passes[0]
         if len(passes) > 1:
@@ -325,7 +326,7 @@ class SequentialTrainer(Trainer):
                     and is_main_process():
                 own = self._at_own_step(agent, report)  # the algorithm's own step (a team may be behind another)
                 write_json_atomically(own, os.path.join(agent.experiment_dir, "evaluation.json"))
-                if not opponents:  # seats other than those it trains against measure something else than its curve
+                if not against_others:  # other seats than those it trains against: not a point of its curve
                     append_json_line(learning_curve_point(own, team, reports),
                                      os.path.join(agent.experiment_dir, "evaluations.jsonl"))
         self.notify("on_evaluation", report)

@@ -15,7 +15,8 @@ RUN_SETTINGS_FILE = "run_settings.json"
 
 #: files named by the step at which a run wrote them, relative to its folder
 _CHECKPOINT_OF_A_STEP = re.compile(r"agent_(\d+)\.pt")
-_FILES_OF_A_STEP = (("checkpoints", _CHECKPOINT_OF_A_STEP), ("videos", re.compile(r"eval_(\d+)\.\w+")))
+_FILES_OF_A_STEP = (("checkpoints", _CHECKPOINT_OF_A_STEP),
+                    ("videos", re.compile(r"eval_(\d+)(?:_against_others)?\.\w+")))
 
 
 def step_of_checkpoint(name: str) -> Optional[int]:
