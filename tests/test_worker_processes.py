@@ -118,22 +118,26 @@ class Interrupted(Exception):
     pass
 
 
-@posix_only
-def test_a_step_interrupted_while_the_workers_step_makes_the_next_call_refuse_not_return_the_old_results():
-    env = wrap_env(lambda: SlowEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0)
-    env.reset()
-
+def step_interrupted_after(env, seconds, *, value=0):
+    """Step ``env``, interrupted by an exception in this process after ``seconds`` (a time limit's signal)."""
     def interrupt(*_):
         raise Interrupted
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         with pytest.raises(Interrupted):
-            env.step(actions(env, 1))
+            env.step(actions(env, value))
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+@posix_only
+def test_a_step_interrupted_while_the_workers_step_makes_the_next_call_refuse_not_return_the_old_results():
+    env = wrap_env(lambda: SlowEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0)
+    env.reset()
+    step_interrupted_after(env, 0.1, value=1)
     with pytest.raises(EnvCopyError, match="interrupted"):
         env.step(actions(env, 2))  # its results would be those of the interrupted step
     with pytest.raises(EnvCopyError, match="interrupted"):
@@ -186,18 +190,7 @@ def test_a_closed_env_refuses_to_step_or_reset(workers):
 def test_close_does_not_wait_for_a_copy_that_hangs():
     env = wrap_env(lambda: SlowEnv(seconds=30, max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0)
     env.reset()
-
-    def interrupt(*_):
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        with pytest.raises(Interrupted):
-            env.step(actions(env))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    step_interrupted_after(env, 0.2)
     began = time.perf_counter()
     env.close()
     assert time.perf_counter() - began < 8  # 5 s for the hung step's reply, then terminated at once
@@ -327,18 +320,7 @@ def test_a_step_interrupted_while_a_dead_worker_is_started_again_is_noticed(trou
     env.step(actions(env, 1))
     trouble("slow")
     kill_worker(env, 1)
-
-    def interrupt(*_):
-        raise Interrupted
-
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)  # while the new worker builds its copy
-        with pytest.raises(Interrupted):
-            env.step(actions(env, 2))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    step_interrupted_after(env, 0.3, value=2)  # while the new worker builds its copy
     with pytest.raises(EnvCopyError, match="interrupted"):
         env.step(actions(env, 3))
     env.close()
