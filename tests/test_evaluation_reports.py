@@ -151,3 +151,42 @@ def test_a_subclass_of_random_policy_plays_as_itself_in_evaluations(tmp_path):
                                 cfg={"timesteps": 4, "disable_progressbar": True})
     report = trainer.eval(episodes=2)
     assert report["returns"]["agent_2"] == pytest.approx(3.0 * 4)  # CountingEnv: the reward is the action
+
+
+def test_which_evaluations_are_points_of_the_curve_does_not_ask_the_policies_to_compare_themselves(tmp_path):
+    class Scripted:
+        """A policy object whose == compares tensors (it would raise where asked for one truth value)."""
+
+        def __init__(self):
+            self.table = torch.tensor([0, 1, 2, 3])
+
+        def __eq__(self, other):
+            return self.table == other.table
+
+        __hash__ = object.__hash__
+
+        def __call__(self, observation, action_mask=None):
+            return torch.zeros(observation.shape[0], 1, dtype=torch.long)
+
+    env = counting()
+    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
+    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": Scripted()},
+                                cfg={"timesteps": 4, "disable_progressbar": True})
+    trainer.train()
+    trainer.eval(episodes=2, opponents={"agent_2": Scripted()})  # another object: other seats
+    curve = pathlib.Path(agent.experiment_dir) / "evaluations.jsonl"
+    assert not curve.exists()
+
+
+def test_random_seats_named_either_way_are_the_seats_the_algorithm_trains_against(tmp_path):
+    env = counting()
+    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
+    trainer = SequentialTrainer(env=env, agents=agent,
+                                opponents={"agent_2": RandomPolicy(gymnasium.spaces.Discrete(4), seed=5)},
+                                cfg={"timesteps": 4, "disable_progressbar": True})
+    trainer.train()
+    own = trainer.eval(episodes=2)
+    named = trainer.eval(episodes=2, opponents={"agent_2": "random"})  # plays alike in an evaluation
+    assert named["returns"] == own["returns"]
+    curve = pathlib.Path(agent.experiment_dir) / "evaluations.jsonl"
+    assert len(curve.read_text().splitlines()) == 2

@@ -347,3 +347,76 @@ def test_rendering_with_a_dead_worker_names_it():
     with pytest.raises(EnvCopyError, match=r"worker 0, which steps env copies \[0\], died during render"):
         env.render()
     env.close()
+
+
+@posix_only
+def test_a_dead_worker_that_cannot_be_started_again_is_named_and_close_still_ends_the_others(monkeypatch):
+    env = wrap_env(lambda: CountingEnv(max_steps=50, leave_at=-1), num_envs=4, workers=2, seed=0, max_env_failures=5)
+    env.reset()
+    others = env.copies.processes[1]
+    kill_worker(env, 0)
+
+    class NoFork(env.copies.context.Process):
+        def start(self):
+            raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(env.copies.context, "Process", NoFork)
+    with pytest.raises(EnvCopyError, match=r"worker 0, which steps env copies \[0, 1\].*could not be started"):
+        env.step(actions(env))
+    env.close()
+    assert not others.is_alive()
+
+
+class MarkedFailuresEnv(CountingEnv):
+    """Raises once in ``reset`` or ``step`` when a marker file of ``folder`` says so (:meth:`take`), and logs its
+    resets' seeds."""
+
+    folder = None
+
+    def take(self, name):
+        """Whether the marker ``name`` is there for this process (it names a process id, or none: any), removed."""
+        path = os.path.join(self.folder, name)
+        try:
+            with open(path) as marker:
+                if marker.read() not in ("", str(os.getpid())):
+                    return False
+            os.remove(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def reset(self, seed=None, options=None):
+        if self.take("fail_reset"):
+            raise RuntimeError("reset fails once")
+        with open(os.path.join(self.folder, "seeds"), "a") as log:
+            log.write(f"{seed}\n")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, actions):
+        if self.take("fail_step"):
+            raise RuntimeError("step fails once")
+        return super().step(actions)
+
+
+@posix_only
+def test_a_copy_rebuilt_in_a_restarted_workers_reset_counts_for_the_next_rebuilds_seed(tmp_path):
+    MarkedFailuresEnv.folder = str(tmp_path)
+    env = wrap_env(lambda: MarkedFailuresEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0,
+                   max_env_failures=10)
+    env.reset()
+    seeds = tmp_path / "seeds"
+    seeds.write_text("")
+    kill_worker(env, 1)
+    (tmp_path / "fail_reset").touch()  # the new worker's copy raises in its first reset: rebuilt there
+    with pytest.warns(RuntimeWarning):
+        env.step(actions(env))
+    kill_worker(env, 1)
+    with pytest.warns(RuntimeWarning):
+        env.step(actions(env))  # started again: its copy's count of rebuilds must go on
+    (tmp_path / "fail_step").write_text(str(env.copies.processes[1].pid))  # copy 1 raises: rebuilt again
+    with pytest.warns(RuntimeWarning):
+        env.step(actions(env))
+    env.close()
+    used = [line for line in seeds.read_text().splitlines() if line != "None"]
+    # the first rebuild of copy 1, the second restart's reset, the second rebuild: no seed twice
+    assert len(used) == 3 and len(set(used)) == 3, used

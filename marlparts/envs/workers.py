@@ -130,12 +130,20 @@ class WorkerCopies:
             {row: self.rebuilds[row] for row in rows},
             derived_seed(self.rebuild_seed, index, self.restarts, GLOBAL_GENERATORS), inherited))
         self.owed[index] = 1
-        process.start()
-        child.close()
+        try:
+            process.start()
+        except BaseException:  # e.g. no fork possible: nothing of it is kept
+            self.owed[index] = 0
+            parent.close()
+            raise
+        finally:
+            child.close()
         self.connections[index], self.processes[index] = parent, process
 
     def _send(self, index: int, message: Any) -> bool:
         """Send ``message`` to worker ``index``, counting the reply it owes; ``False`` where the worker is gone."""
+        if self.connections[index] is None:  # a worker that could not be started again
+            return False
         self.owed[index] += 1  # counted before: an interruption just after the send still leaves the count
         try:
             self.connections[index].send(message)
@@ -180,7 +188,7 @@ class WorkerCopies:
                 if self.recover and command in ("reset", "step"):
                     try:
                         results.append(self._restart_worker(index, command))
-                    except EnvCopyError as error:
+                    except (EnvCopyError, OSError) as error:
                         errors.append(str(error))
                     continue
                 reply = ("died", self._death_message(index, command))
@@ -206,7 +214,10 @@ class WorkerCopies:
         """Start worker ``index`` again and reset its new copies; each of its rows ends its episode as failed."""
         message = self._death_message(index, command)
         self.restarts += 1
-        self._start_worker(index)
+        try:
+            self._start_worker(index)
+        except OSError as error:
+            raise EnvCopyError(f"{message}, and it could not be started again: {error!r}") from error
         seeds: List[Optional[int]] = [None] * self.num_envs
         for row in self.rows[index]:  # the new copies' episodes drawn from the run's seed
             seeds[row] = derived_seed(self.rebuild_seed, row, self.restarts, RESTARTED_COPIES)
@@ -216,6 +227,9 @@ class WorkerCopies:
                 raise EnvCopyError(f"{message}, and the worker started in its place died too")
             if reply[0] == "error":
                 raise EnvCopyError(f"{message}, and its restart failed: {reply[1]}")
+            if request is not None:
+                for failure in reply[1]:  # a new copy rebuilt in its first reset: its next rebuild draws the next seed
+                    self.rebuilds[failure.row] += 1
         rows = self.rows[index]
         self.buffers["episode_end"][rows] = command == "step"
         self.buffers["failed"][rows] = command == "step"
@@ -255,7 +269,7 @@ class WorkerCopies:
         if self.closed:
             return
         self.closed = True
-        workers = range(len(self.connections))
+        workers = [index for index, connection in enumerate(self.connections) if connection is not None]
         deadline = time.monotonic() + CLOSE_TIMEOUT
         for index in workers:
             try:

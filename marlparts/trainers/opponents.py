@@ -69,6 +69,18 @@ class RandomPolicy:
 SeatPolicy = Any  # "random", a RandomPolicy, a function (observation, action_mask) -> action, or a MultiAgent
 
 
+def play_alike_in_evaluation(first: Mapping[str, SeatPolicy], second: Mapping[str, SeatPolicy]) -> bool:
+    """Whether two ``{agent_id: policy}`` mappings put the same players in the same seats of an evaluation: each
+    seat the same object, or a random player on both sides (``"random"`` or a :class:`RandomPolicy` itself, which an
+    evaluation plays alike, with a generator seeded from its seed). Objects are told apart by identity, never
+    asked to compare themselves.
+    """
+    def player(policy: SeatPolicy) -> Any:
+        return "random" if isinstance(policy, str) or type(policy) is RandomPolicy else id(policy)
+
+    return list(first) == list(second) and all(player(first[uid]) == player(second[uid]) for uid in first)
+
+
 class Opponents:
     """The fixed policies of some seats, acting together.
 

@@ -12,7 +12,7 @@ from marlparts.agents.base import MultiAgent
 from marlparts.envs.base import MultiAgentEnv
 from marlparts.trainers.base import TRAINER_CONFIG_RANGES, EpisodeStatistics, Trainer
 from marlparts.trainers.evaluation import TEAM_RETURNS, collect_episodes, learning_curve_point, summarise
-from marlparts.trainers.opponents import Opponents
+from marlparts.trainers.opponents import Opponents, play_alike_in_evaluation
 from marlparts.trainers.progress import Progress
 from marlparts.utils.distributed import all_gather_tensors, is_main_process, rank_and_world_size
 from marlparts.utils.files import append_json_line, write_json_atomically
@@ -309,7 +309,7 @@ class SequentialTrainer(Trainer):
         fixed = self._fixed_policies(opponents)
         # an evaluation in which fixed policies played every seat of an algorithm is no report of it
         played = [any(uid not in fixed for uid in agent.possible_agents) for agent in self.agents]
-        against_others = fixed != self._fixed_policies(None)  # other seats than the algorithms train against
+        against_others = not play_alike_in_evaluation(fixed, self._fixed_policies(None))  # other seats than in training
         reports = {}
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
