@@ -190,3 +190,14 @@ def test_random_seats_named_either_way_are_the_seats_the_algorithm_trains_agains
     assert named["returns"] == own["returns"]
     curve = pathlib.Path(agent.experiment_dir) / "evaluations.jsonl"
     assert len(curve.read_text().splitlines()) == 2
+
+
+def test_a_random_player_over_fewer_actions_than_the_seat_has_is_another_player(tmp_path):
+    env = counting()
+    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
+    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": "random"},
+                                cfg={"timesteps": 4, "disable_progressbar": True})
+    trainer.train()
+    report = trainer.eval(episodes=2, opponents={"agent_2": RandomPolicy(gymnasium.spaces.Discrete(1))})
+    assert report["returns"]["agent_2"] == 0.0  # always action 0
+    assert not (pathlib.Path(agent.experiment_dir) / "evaluations.jsonl").exists()

@@ -420,3 +420,17 @@ def test_a_copy_rebuilt_in_a_restarted_workers_reset_counts_for_the_next_rebuild
     used = [line for line in seeds.read_text().splitlines() if line != "None"]
     # the first rebuild of copy 1, the second restart's reset, the second rebuild: no seed twice
     assert len(used) == 3 and len(set(used)) == 3, used
+
+
+@posix_only
+def test_a_copy_that_fails_in_a_restarted_workers_first_reset_counts_as_a_failure(tmp_path):
+    MarkedFailuresEnv.folder = str(tmp_path)
+    env = wrap_env(lambda: MarkedFailuresEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0,
+                   max_env_failures=1)
+    env.reset()
+    kill_worker(env, 1)
+    (tmp_path / "fail_reset").touch()  # the copy of the worker started in its place raises in its first reset
+    with pytest.raises(EnvCopyError, match="more than max_env_failures=1"):
+        with pytest.warns(RuntimeWarning):
+            env.step(actions(env))
+    env.close()

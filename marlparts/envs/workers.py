@@ -206,6 +206,9 @@ class WorkerCopies:
         return results
 
     def _death_message(self, index: int, command: str) -> str:
+        if self.connections[index] is None:
+            return (f"worker {index}, which steps env copies {self.rows[index]}, died before {command} and could not "
+                    f"be started again")
         self.processes[index].join(timeout=5)
         return (f"worker {index}, which steps env copies {self.rows[index]}, died during {command} "
                 f"(exit code {self.processes[index].exitcode})")
@@ -227,13 +230,13 @@ class WorkerCopies:
                 raise EnvCopyError(f"{message}, and the worker started in its place died too")
             if reply[0] == "error":
                 raise EnvCopyError(f"{message}, and its restart failed: {reply[1]}")
-            if request is not None:
-                for failure in reply[1]:  # a new copy rebuilt in its first reset: its next rebuild draws the next seed
-                    self.rebuilds[failure.row] += 1
+            rebuilt = reply[1] if request is not None else []
+        for failure in rebuilt:  # a new copy rebuilt in its first reset: its next rebuild draws the next seed
+            self.rebuilds[failure.row] += 1
         rows = self.rows[index]
         self.buffers["episode_end"][rows] = command == "step"
         self.buffers["failed"][rows] = command == "step"
-        return [CopyFailure(row, command, message, None) for row in rows]
+        return [CopyFailure(row, command, message, None) for row in rows] + list(rebuilt)  # each failure counts
 
     def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> List[CopyFailure]:
         """Reset every copy (copy ``i`` with ``seeds[i]`` if given); the copies rebuilt on the way."""

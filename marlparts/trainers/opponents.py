@@ -69,16 +69,18 @@ class RandomPolicy:
 SeatPolicy = Any  # "random", a RandomPolicy, a function (observation, action_mask) -> action, or a MultiAgent
 
 
-def play_alike_in_evaluation(first: Mapping[str, SeatPolicy], second: Mapping[str, SeatPolicy]) -> bool:
+def play_alike_in_evaluation(first: Mapping[str, SeatPolicy], second: Mapping[str, SeatPolicy],
+                             action_space: Callable[[str], gymnasium.Space]) -> bool:
     """Whether two ``{agent_id: policy}`` mappings put the same players in the same seats of an evaluation: each
-    seat the same object, or a random player on both sides (``"random"`` or a :class:`RandomPolicy` itself, which an
-    evaluation plays alike, with a generator seeded from its seed). Objects are told apart by identity, never
-    asked to compare themselves.
+    seat the same object, or a uniform random player over the seat's ``action_space(agent_id)`` on both sides
+    (``"random"``, or a :class:`RandomPolicy` itself over that space: an evaluation plays both alike, with a
+    generator seeded from its seed). Objects are told apart by identity, never asked to compare themselves.
     """
-    def player(policy: SeatPolicy) -> Any:
-        return "random" if isinstance(policy, str) or type(policy) is RandomPolicy else id(policy)
+    def player(uid: str, policy: SeatPolicy) -> Any:
+        uniform = isinstance(policy, str) or (type(policy) is RandomPolicy and policy.action_space == action_space(uid))
+        return "random" if uniform else id(policy)
 
-    return list(first) == list(second) and all(player(first[uid]) == player(second[uid]) for uid in first)
+    return list(first) == list(second) and all(player(uid, first[uid]) == player(uid, second[uid]) for uid in first)
 
 
 class Opponents:

@@ -309,7 +309,8 @@ class SequentialTrainer(Trainer):
         fixed = self._fixed_policies(opponents)
         # an evaluation in which fixed policies played every seat of an algorithm is no report of it
         played = [any(uid not in fixed for uid in agent.possible_agents) for agent in self.agents]
-        against_others = not play_alike_in_evaluation(fixed, self._fixed_policies(None))  # other seats than in training
+        # other players in some seats than in training
+        against_others = not play_alike_in_evaluation(fixed, self._fixed_policies(None), env.action_space)
         reports = {}
         for actions in passes:
             seats = self._evaluation_opponents(env, opponents, derived_seed(seed, OPPONENT_STREAM, EVALUATION_STREAM))
