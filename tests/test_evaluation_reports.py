@@ -128,12 +128,18 @@ def test_a_random_policy_opponent_of_training_is_played_by_a_generator_of_its_ow
     assert moves_after_evaluations == moves  # and leaves the training opponent's stream as it was
 
 
-def test_an_evaluation_naming_the_trainers_own_opponents_is_a_point_of_the_learning_curve(tmp_path):
+def trained_against_a_random_seat(tmp_path, opponent="random"):
+    """A trainer of MAPPO on agent_0 and agent_1 against ``opponent`` in agent_2's seat, after 4 steps."""
     env = counting()
     agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
-    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": "random"},
+    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": opponent},
                                 cfg={"timesteps": 4, "disable_progressbar": True})
     trainer.train()
+    return agent, trainer
+
+
+def test_an_evaluation_naming_the_trainers_own_opponents_is_a_point_of_the_learning_curve(tmp_path):
+    agent, trainer = trained_against_a_random_seat(tmp_path)
     curve = pathlib.Path(agent.experiment_dir) / "evaluations.jsonl"
     trainer.eval(episodes=2, opponents={"agent_2": "random"})  # the seats it trains against, named again
     assert len(curve.read_text().splitlines()) == 1
@@ -144,11 +150,7 @@ def test_a_subclass_of_random_policy_plays_as_itself_in_evaluations(tmp_path):
         def __call__(self, observation, action_mask=None):
             return torch.full((observation.shape[0], 1), 3, dtype=torch.long)
 
-    env = counting()
-    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
-    trainer = SequentialTrainer(env=env, agents=agent,
-                                opponents={"agent_2": AlwaysThree(gymnasium.spaces.Discrete(4), seed=0)},
-                                cfg={"timesteps": 4, "disable_progressbar": True})
+    _, trainer = trained_against_a_random_seat(tmp_path, AlwaysThree(gymnasium.spaces.Discrete(4), seed=0))
     report = trainer.eval(episodes=2)
     assert report["returns"]["agent_2"] == pytest.approx(3.0 * 4)  # CountingEnv: the reward is the action
 
@@ -168,23 +170,14 @@ def test_which_evaluations_are_points_of_the_curve_does_not_ask_the_policies_to_
         def __call__(self, observation, action_mask=None):
             return torch.zeros(observation.shape[0], 1, dtype=torch.long)
 
-    env = counting()
-    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
-    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": Scripted()},
-                                cfg={"timesteps": 4, "disable_progressbar": True})
-    trainer.train()
+    agent, trainer = trained_against_a_random_seat(tmp_path, Scripted())
     trainer.eval(episodes=2, opponents={"agent_2": Scripted()})  # another object: other seats
     curve = pathlib.Path(agent.experiment_dir) / "evaluations.jsonl"
     assert not curve.exists()
 
 
 def test_random_seats_named_either_way_are_the_seats_the_algorithm_trains_against(tmp_path):
-    env = counting()
-    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
-    trainer = SequentialTrainer(env=env, agents=agent,
-                                opponents={"agent_2": RandomPolicy(gymnasium.spaces.Discrete(4), seed=5)},
-                                cfg={"timesteps": 4, "disable_progressbar": True})
-    trainer.train()
+    agent, trainer = trained_against_a_random_seat(tmp_path, RandomPolicy(gymnasium.spaces.Discrete(4), seed=5))
     own = trainer.eval(episodes=2)
     named = trainer.eval(episodes=2, opponents={"agent_2": "random"})  # plays alike in an evaluation
     assert named["returns"] == own["returns"]
@@ -193,11 +186,7 @@ def test_random_seats_named_either_way_are_the_seats_the_algorithm_trains_agains
 
 
 def test_a_random_player_over_fewer_actions_than_the_seat_has_is_another_player(tmp_path):
-    env = counting()
-    agent = build_mappo(env, directory=str(tmp_path), uids=["agent_0", "agent_1"], rollouts=4)
-    trainer = SequentialTrainer(env=env, agents=agent, opponents={"agent_2": "random"},
-                                cfg={"timesteps": 4, "disable_progressbar": True})
-    trainer.train()
+    agent, trainer = trained_against_a_random_seat(tmp_path)
     report = trainer.eval(episodes=2, opponents={"agent_2": RandomPolicy(gymnasium.spaces.Discrete(1))})
     assert report["returns"]["agent_2"] == 0.0  # always action 0
     assert not (pathlib.Path(agent.experiment_dir) / "evaluations.jsonl").exists()

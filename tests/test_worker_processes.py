@@ -398,12 +398,18 @@ class MarkedFailuresEnv(CountingEnv):
         return super().step(actions)
 
 
+def marked_failures_env(folder, max_env_failures):
+    """Two copies of :class:`MarkedFailuresEnv` with markers in ``folder``, one per worker, reset."""
+    MarkedFailuresEnv.folder = str(folder)
+    env = wrap_env(lambda: MarkedFailuresEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0,
+                   max_env_failures=max_env_failures)
+    env.reset()
+    return env
+
+
 @posix_only
 def test_a_copy_rebuilt_in_a_restarted_workers_reset_counts_for_the_next_rebuilds_seed(tmp_path):
-    MarkedFailuresEnv.folder = str(tmp_path)
-    env = wrap_env(lambda: MarkedFailuresEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0,
-                   max_env_failures=10)
-    env.reset()
+    env = marked_failures_env(tmp_path, max_env_failures=10)
     seeds = tmp_path / "seeds"
     seeds.write_text("")
     kill_worker(env, 1)
@@ -424,10 +430,7 @@ def test_a_copy_rebuilt_in_a_restarted_workers_reset_counts_for_the_next_rebuild
 
 @posix_only
 def test_a_copy_that_fails_in_a_restarted_workers_first_reset_counts_as_a_failure(tmp_path):
-    MarkedFailuresEnv.folder = str(tmp_path)
-    env = wrap_env(lambda: MarkedFailuresEnv(max_steps=50, leave_at=-1), num_envs=2, workers=2, seed=0,
-                   max_env_failures=1)
-    env.reset()
+    env = marked_failures_env(tmp_path, max_env_failures=1)
     kill_worker(env, 1)
     (tmp_path / "fail_reset").touch()  # the copy of the worker started in its place raises in its first reset
     with pytest.raises(EnvCopyError, match="more than max_env_failures=1"):
