@@ -184,23 +184,19 @@ class WorkerCopies:
         results, errors = [], []
         for index in range(len(self.connections)):
             reply = self._receive(index) if sent is None or sent[index] else None
-            if reply is None:  # the worker died
-                if self.recover and command in ("reset", "step"):
-                    try:
-                        results.append(self._restart_worker(index, command))
-                    except (EnvCopyError, OSError) as error:
-                        errors.append(str(error))
-                    continue
-                reply = ("died", self._death_message(index, command))
-            status, payload = reply
-            if status == "error":
-                errors.append(f"worker {index} during {command}: {payload}")
-            elif status == "died":
-                errors.append(payload)
-            elif command in ("reset", "step"):
-                for failure in payload:  # rebuilt in the worker: its next rebuild draws the next seed
-                    self.rebuilds[failure.row] += 1
-            results.append(payload)
+            if reply is None and self.recover and command in ("reset", "step"):  # the worker died: start it again
+                try:
+                    results.append(self._restart_worker(index, command))
+                except (EnvCopyError, OSError) as error:
+                    errors.append(str(error))
+            elif reply is None:
+                errors.append(self._death_message(index, command))
+            elif reply[0] == "error":
+                errors.append(f"worker {index} during {command}: {reply[1]}")
+            else:
+                if command in ("reset", "step"):
+                    self._count_rebuilds(reply[1])
+                results.append(reply[1])
         if errors:
             raise EnvCopyError("\n".join(errors))
         return results
@@ -224,19 +220,29 @@ class WorkerCopies:
         seeds: List[Optional[int]] = [None] * self.num_envs
         for row in self.rows[index]:  # the new copies' episodes drawn from the run's seed
             seeds[row] = derived_seed(self.rebuild_seed, row, self.restarts, RESTARTED_COPIES)
-        for request in (None, ("reset", seeds)):
-            reply = self._receive(index) if request is None or self._send(index, request) else None
-            if reply is None:
-                raise EnvCopyError(f"{message}, and the worker started in its place died too")
-            if reply[0] == "error":
-                raise EnvCopyError(f"{message}, and its restart failed: {reply[1]}")
-            rebuilt = reply[1] if request is not None else []
-        for failure in rebuilt:  # a new copy rebuilt in its first reset: its next rebuild draws the next seed
-            self.rebuilds[failure.row] += 1
+        self._restarted_reply(index, message)  # it started
+        rebuilt = self._restarted_reply(index, message, ("reset", seeds))  # copies rebuilt in their first reset
+        self._count_rebuilds(rebuilt)
         rows = self.rows[index]
         self.buffers["episode_end"][rows] = command == "step"
         self.buffers["failed"][rows] = command == "step"
         return [CopyFailure(row, command, message, None) for row in rows] + list(rebuilt)  # each failure counts
+
+    def _restarted_reply(self, index: int, message: str, request: Optional[Any] = None) -> Any:
+        """The payload of the next reply of worker ``index``, started again after ``message`` (to ``request``, sent
+        first if given); :class:`EnvCopyError` where it died too or answered with an error.
+        """
+        reply = self._receive(index) if request is None or self._send(index, request) else None
+        if reply is None:
+            raise EnvCopyError(f"{message}, and the worker started in its place died too")
+        if reply[0] == "error":
+            raise EnvCopyError(f"{message}, and its restart failed: {reply[1]}")
+        return reply[1]
+
+    def _count_rebuilds(self, failures: Sequence[CopyFailure]) -> None:
+        """Count the copies rebuilt in a worker: the next rebuild of each draws the next seed of its row."""
+        for failure in failures:
+            self.rebuilds[failure.row] += 1
 
     def reset(self, seeds: Optional[Sequence[Optional[int]]]) -> List[CopyFailure]:
         """Reset every copy (copy ``i`` with ``seeds[i]`` if given); the copies rebuilt on the way."""

@@ -69,15 +69,21 @@ class RandomPolicy:
 SeatPolicy = Any  # "random", a RandomPolicy, a function (observation, action_mask) -> action, or a MultiAgent
 
 
+def reseeded_in_evaluation(policy: SeatPolicy) -> bool:
+    """Whether an evaluation plays ``policy`` as a uniform random player of its own, seeded from the evaluation's
+    seed: ``"random"``, or a :class:`RandomPolicy` itself (not a subclass, which plays as it is).
+    """
+    return isinstance(policy, str) or type(policy) is RandomPolicy
+
+
 def play_alike_in_evaluation(first: Mapping[str, SeatPolicy], second: Mapping[str, SeatPolicy],
                              action_space: Callable[[str], gymnasium.Space]) -> bool:
     """Whether two ``{agent_id: policy}`` mappings put the same players in the same seats of an evaluation: each
-    seat the same object, or a uniform random player over the seat's ``action_space(agent_id)`` on both sides
-    (``"random"``, or a :class:`RandomPolicy` itself over that space: an evaluation plays both alike, with a
-    generator seeded from its seed). Objects are told apart by identity, never asked to compare themselves.
+    seat the same object, or on both sides a policy :func:`reseeded_in_evaluation` over the seat's
+    ``action_space(agent_id)``. Objects are told apart by identity, never asked to compare themselves.
     """
     def player(uid: str, policy: SeatPolicy) -> Any:
-        uniform = isinstance(policy, str) or (type(policy) is RandomPolicy and policy.action_space == action_space(uid))
+        uniform = reseeded_in_evaluation(policy) and (isinstance(policy, str) or policy.action_space == action_space(uid))
         return "random" if uniform else id(policy)
 
     return list(first) == list(second) and all(player(uid, first[uid]) == player(uid, second[uid]) for uid in first)
@@ -88,10 +94,9 @@ class Opponents:
 
     ``"random"`` seats get random players with generators of their own, seeded from ``seed`` (a new
     ``Opponents`` with the same seed plays the same moves); a :class:`RandomPolicy` or a function
-    given by the user is called as it is, with its own state (seed it yourself), except that for an
-    evaluation a :class:`RandomPolicy` (the class itself, not a subclass) is replaced by one seeded from ``seed``
-    like a ``"random"`` seat
-    (the evaluation repeats itself and leaves the training player's generator as it was). Algorithms act in
+    given by the user is called as it is, with its own state (seed it yourself), except that for an evaluation
+    a :class:`RandomPolicy` (the class itself, not a subclass) is replaced by one seeded from ``seed`` like a
+    ``"random"`` seat (the evaluation repeats itself and leaves the training player's generator as it was). Algorithms act in
     evaluation mode: for an evaluation (``evaluation``) each plays as a frozen copy of itself (a deep
     copy per evaluation), so nothing of the evaluation (mode, recurrent state) reaches the algorithm;
     for training the algorithm itself is put in evaluation mode once, here.
@@ -122,7 +127,7 @@ class Opponents:
                 raise ValueError(f"opponents[{uid!r}] is {policy!r}; the only named policy is 'random'")
             if isinstance(policy, str):  # a generator of its own, from the trainer's seed
                 policy = RandomPolicy(env.action_space(uid), seed=derived_seed(seed, index))
-            elif type(policy) is RandomPolicy and evaluation:  # the same, so that training's stays untouched
+            elif evaluation and reseeded_in_evaluation(policy):  # the same, so that training's stays untouched
                 policy = RandomPolicy(policy.action_space, seed=derived_seed(seed, index))
             if isinstance(policy, MultiAgent):
                 if uid not in policy.possible_agents:

@@ -304,9 +304,9 @@ class SequentialTrainer(Trainer):
         # separate copies are seeded from their own stream; the training env gets seeds drawn for evaluation
         seed = env.seed if env is not self.env else derived_seed(env.seed, EVALUATION_STREAM)
         passes = ["greedy", "sampled"] if self.cfg["eval_actions"] == "both" else [self.cfg["eval_actions"]]
-        if set(self._fixed_policies(opponents)) >= set(env.possible_agents):  # no algorithm plays: one pass
-            passes = passes[:1]
         fixed = self._fixed_policies(opponents)
+        if set(fixed) >= set(env.possible_agents):  # no algorithm plays: one pass
+            passes = passes[:1]
         # an evaluation in which fixed policies played every seat of an algorithm is no report of it
         played = [any(uid not in fixed for uid in agent.possible_agents) for agent in self.agents]
         # other players in some seats than in training
