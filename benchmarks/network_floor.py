@@ -27,7 +27,6 @@ estimate of it: each backward pass follows its own forward pass while its activa
 """
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
@@ -39,20 +38,12 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from throughput import interleaved_many, random_actions  # noqa: E402
+from throughput import env_stepper, interleaved_many, load_example  # noqa: E402
 
 from marlparts.trainers import SequentialTrainer  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
 
 Call = Tuple[torch.nn.Module, Dict[str, Any], str, bool]  # model, inputs, role, with gradients
-
-
-def load_example(path: str) -> Any:
-    """The example script's module (its ``__main__`` block does not run)."""
-    spec = importlib.util.spec_from_file_location("example", ROOT / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def unique_models(agent: Any) -> List[torch.nn.Module]:
@@ -133,12 +124,10 @@ def main() -> None:
         trainer.train()
 
     env_only = example.make_env(seed=1)
-    env_only.reset()
-    generator = torch.Generator().manual_seed(0)
+    step_env_only = env_stepper(env_only)  # uniform random actions
 
     def step_env(n: int) -> None:
-        for _ in range(n * rollout):
-            env_only.step(random_actions(env_only, generator))
+        step_env_only(n * rollout)
 
     train_s, env_s, networks_s = interleaved_many([train, step_env, replayer(calls)], args.chunk, args.rounds)
     env_steps = rollout * env.num_envs
