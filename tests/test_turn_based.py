@@ -11,7 +11,7 @@ from marlparts.trainers.opponents import RandomPolicy
 from marlparts.utils import set_seed
 from tests.helpers import build_mappo, parameters_vector
 from tests.test_maddpg import build as build_maddpg
-from tests.toy_envs import CallAndAnswerEnv
+from tests.toy_envs import CallAndAnswerEnv, EliminationEnv
 
 
 def legal_random_actions(env, infos, generator):
@@ -68,6 +68,23 @@ def test_a_mask_with_no_legal_action_for_the_agent_to_move_is_refused():
     env.reset()
     with pytest.raises(ValueError, match=r"action mask of agent 'answerer' in env copy 0 allows no action"):
         env.step({"caller": torch.ones(1, 1, dtype=torch.long), "answerer": torch.zeros(1, 1, dtype=torch.long)})
+
+
+def test_after_a_player_is_eliminated_the_next_player_sees_its_own_turn_and_the_eliminated_its_final_view():
+    env = wrap_env(lambda: EliminationEnv(), num_envs=1)
+    env.reset()
+    actions = {uid: torch.zeros(1, 1, dtype=torch.long) for uid in env.possible_agents}
+    observations, rewards, terminated, _, infos = env.step(actions)  # "first" moves; "out" is eliminated by it
+    assert bool(terminated["out"]) and float(rewards["out"]) == -1.0
+    assert bool(infos["active"]["second"]) and not bool(infos["active"]["first"])
+    # "second" is to move: its observation and mask are those of its own turn, not of the dead step before it
+    assert observations["second"].tolist() == [[1.0, 1.0]]
+    assert infos["action_mask"]["second"].tolist() == [[True, True]]
+    assert observations["first"].tolist() == [[1.0, 0.0]]
+    # the eliminated player's last view is the one PettingZoo's loop hands it at its dead step (its "turn")
+    assert infos["final_observation"]["out"].tolist() == [[1.0, 1.0]]
+    observations, _, _, _, infos = env.step({**actions, "second": torch.ones(1, 1, dtype=torch.long)})
+    assert bool(infos["active"]["first"]) and observations["first"].tolist() == [[2.0, 1.0]]
 
 
 def test_the_action_of_an_agent_that_waits_is_ignored():

@@ -238,6 +238,61 @@ class CallAndAnswerEnv(AECEnv):
         self._accumulate_rewards()
 
 
+class EliminationEnv(AECEnv):
+    """A turn-based (AEC) game of three players where ``out`` is eliminated by the first move and the others play on.
+
+    Players move in turn (``first``, ``second``, ``out``); the first move terminates ``out`` (reward -1), whom
+    PettingZoo's dead step then removes before ``second`` moves. The game ends after ``length`` moves. Each
+    observation is ``[moves so far, 1 if it is this player's turn]`` with an action mask that allows action 1
+    only to the player whose turn it is (action 0 always).
+    """
+
+    metadata = {"name": "elimination_v0", "is_parallelizable": False}
+
+    def __init__(self, length=4):
+        super().__init__()
+        self.possible_agents = ["first", "second", "out"]
+        self.length = length
+
+    def observation_space(self, agent):
+        return gymnasium.spaces.Dict({"observation": gymnasium.spaces.Box(0.0, 100.0, shape=(2,)),
+                                      "action_mask": gymnasium.spaces.MultiBinary(2)})
+
+    def action_space(self, agent):
+        return gymnasium.spaces.Discrete(2)
+
+    def observe(self, agent):
+        to_move = agent == self.agent_selection
+        return {"observation": np.array([self.moves, float(to_move)], dtype=np.float32),
+                "action_mask": np.array([1, int(to_move)], dtype=np.int8)}
+
+    def reset(self, seed=None, options=None):
+        self.agents = list(self.possible_agents)
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
+        self.terminations = dict.fromkeys(self.agents, False)
+        self.truncations = dict.fromkeys(self.agents, False)
+        self.infos = {agent: {} for agent in self.agents}
+        self.agent_selection, self.moves = "first", 0
+
+    def step(self, action):
+        if self.terminations[self.agent_selection] or self.truncations[self.agent_selection]:
+            self._was_dead_step(action)
+            return
+        mover = self.agent_selection
+        self._cumulative_rewards[mover] = 0.0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self.moves += 1
+        if self.moves == 1:
+            self.terminations["out"], self.rewards["out"] = True, -1.0
+        if self.moves >= self.length:
+            self.terminations = dict.fromkeys(self.agents, True)
+        live = [agent for agent in self.agents if not self.terminations[agent]]
+        self.agent_selection = "second" if mover == "first" and "second" in live else "first"
+        self._accumulate_rewards()
+        self._deads_step_first()
+
+
 class FlakyEnv(CountingEnv):
     """CountingEnv (5 steps, nobody leaves) whose copies fail on purpose, and whose observations name the
     episode: ``[episode id, step, agent index]``, the id unique among the episodes of this process.

@@ -83,11 +83,17 @@ class TurnBasedParallelEnv:
             rewards[uid] = rewards.get(uid, 0.0) + float(env.rewards.get(uid, 0.0))
         terminated = {uid: bool(env.terminations.get(uid, False)) for uid in rewards}
         truncated = {uid: bool(env.truncations.get(uid, False)) for uid in rewards}
-        observations = {uid: env.observe(uid) for uid in env.agents}  # before ended agents leave
-        infos = self._infos()
+        # an agent whose episode ended keeps its last view (taken before its dead step removes it); the others
+        # are seen after the dead steps, once the agent to move is a live one (PettingZoo selects the ended
+        # agents first, so before them every view and mask would be of an ended agent's turn)
+        ended = [uid for uid in env.agents if terminated.get(uid) or truncated.get(uid)]
+        observations = {uid: env.observe(uid) for uid in ended}
+        infos = {uid: env.infos.get(uid, {}) for uid in ended}
         rewards_while_leaving = self._remove_ended_agents()
         for uid, reward in rewards_while_leaving.items():
             rewards[uid] = rewards.get(uid, 0.0) + reward
+        observations.update(self._observations())
+        infos.update(self._infos())
         return observations, rewards, terminated, truncated, infos
 
     def render(self) -> Any:
