@@ -58,6 +58,37 @@ def run(agent, env, steps):
     SequentialTrainer(env=env, agents=agent, cfg={"timesteps": steps, "disable_progressbar": True}).train()
 
 
+@pytest.mark.parametrize("algorithm", [MADDPG, MATD3])
+def test_discrete_actions_masked_by_the_env_are_never_taken_targeted_nor_improved_towards(algorithm):
+    set_seed(0)
+    env = wrap_env(lambda: CountingEnv(max_steps=6, leave_at=99, masked=True), num_envs=4, seed=0)
+    agent = build(env, algorithm=algorithm, cfg={"learning_starts": 4, "random_timesteps": 2})
+    with torch.no_grad():  # the policy prefers action 0, which the env forbids on odd steps
+        agent.models["agent_0"]["policy"].net[-1].bias[0] += 20.0
+    critic_inputs = []  # every (joint observations, joint one-hot actions) a critic valued: stored, target, own
+    original = agent.q_values
+
+    def recording(critic, observations, actions, columns):
+        critic_inputs.append((observations.detach(), actions.detach()))
+        return original(critic, observations, actions, columns)
+
+    agent.q_values = recording
+    run(agent, env, 30)
+    assert agent.gradient_step > 0 and critic_inputs
+    for observations, actions in critic_inputs:
+        odd_step = observations[:, 0] % 2 == 1  # agent_0's step counter; every agent's mask is alike
+        assert odd_step.any()
+        assert not actions.unflatten(1, (3, 4))[odd_step][..., 0].any()
+    for player in (agent, agent.frozen_copy()):  # greedy, as an evaluation or a frozen opponent plays
+        player.set_mode("eval")
+        observations, infos = env.reset()
+        for _ in range(4):
+            actions = player.act(observations, env.state(), infos, 0, 1)
+            for uid in env.possible_agents:
+                assert infos["action_mask"][uid].gather(1, actions[uid].long()).all()
+            observations, _, _, _, infos = env.step(actions)
+
+
 def test_truncated_transitions_store_the_final_observation_and_do_not_count_as_terminal():
     env = wrap_env(lambda: CountingEnv(max_steps=2, leave_at=99), num_envs=2, seed=0)
     agent = build(env)

@@ -16,7 +16,7 @@ from marlparts.agents.common.groups import AgentGroup
 from marlparts.agents.common.losses import masked_mean
 from marlparts.agents.off_policy.base import OFF_POLICY_DEFAULT_CONFIG, OffPolicyMultiAgent
 from marlparts.resources.noises import GaussianNoise, linear_scale
-from marlparts.utils.agent_tensors import unstack_agents, with_own_actions
+from marlparts.utils.agent_tensors import stack_agents, unstack_agents, with_own_actions
 from marlparts.utils.config import Config
 from marlparts.utils.spaces import flat_size
 
@@ -134,6 +134,15 @@ class MADDPG(OffPolicyMultiAgent):
         shape = observations.shape[:2]
         return output.unflatten(0, shape), None if log_prob is None else log_prob.unflatten(0, shape)
 
+    def legal_outputs(self, group: AgentGroup, outputs: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """A discrete group's logits ``(batch, group, actions)`` with the actions ``mask`` forbids at the lowest
+        float, so that no sample, argmax or Gumbel-softmax picks them; continuous outputs, and logits without a
+        mask, as they are.
+        """
+        if mask is None or not self.discrete[group.uids[0]]:
+            return outputs
+        return outputs.masked_fill(~mask.bool(), torch.finfo(outputs.dtype).min)
+
     def _bounds(self, uid: str, like: torch.Tensor) -> tuple:
         """``(low, high)`` of a Box action space as flat tensors like ``like`` (converted once per agent)."""
         if uid not in self._action_bounds:
@@ -155,12 +164,14 @@ class MADDPG(OffPolicyMultiAgent):
         scale = linear_scale(self.recorded_steps, initial_scale=exploration["initial_scale"],
                              final_scale=exploration["final_scale"], timesteps=exploration["timesteps"])
         random = self.exploring_randomly()
+        masks = (infos or {}).get("action_mask")
         for group in self.groups:
             uid = group.uids[0]
             output, _ = self.policy_outputs(group.models["policy"], self.observe(group, observations, infos))
             if self.discrete[uid]:
                 if random:
                     output = torch.zeros_like(output)
+                output = self.legal_outputs(group, output, None if masks is None else stack_agents(masks, group.uids))
                 chosen = (torch.distributions.Categorical(logits=output, validate_args=False).sample().unsqueeze(-1)
                           if explore or random else output.argmax(-1, keepdim=True))
             else:
@@ -202,10 +213,13 @@ class MADDPG(OffPolicyMultiAgent):
         return q[:, columns]
 
     # ----------------------------------------------------------------------------- update
-    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """``(actions as critic inputs, log_prob)`` of the target policy for ``(batch, group, obs)`` next observations."""
+    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor,
+                       next_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``(actions as critic inputs, log_prob)`` of the target policy for ``(batch, group, obs)`` next observations,
+        the actions ``next_mask`` forbids (where the env has masks) left out.
+        """
         outputs, log_prob = self.policy_outputs(group.trained["policy"].target, next_observations)
-        return self.differentiable_actions(group, outputs), log_prob
+        return self.differentiable_actions(group, self.legal_outputs(group, outputs, next_mask)), log_prob
 
     def next_q_values(self, group: AgentGroup, next_x: torch.Tensor, next_actions: torch.Tensor) -> torch.Tensor:
         """``Q'(x', a')`` of the group's target critic (the smallest over the target critics when there are
@@ -222,7 +236,8 @@ class MADDPG(OffPolicyMultiAgent):
     def target_values(self, batches: List[Dict[str, torch.Tensor]]) -> List[torch.Tensor]:
         """TD targets ``y = r + γ (1 − terminated) Q'(x', a'_1..a'_N)`` per group, ``(batch, group)``."""
         with torch.no_grad():
-            sampled = [self.target_actions(g, b["next_observations"]) for g, b in zip(self.groups, batches)]
+            sampled = [self.target_actions(g, b["next_observations"], b.get("next_action_mask"))
+                       for g, b in zip(self.groups, batches)]
             next_actions = self.joint([actions for actions, _ in sampled])
             next_x = self.critic_observations(batches, "next_observations")
             targets = []
@@ -260,7 +275,7 @@ class MADDPG(OffPolicyMultiAgent):
         loss = 0.0
         for index, (group, batch) in enumerate(zip(self.groups, batches)):
             outputs, log_prob = self.policy_outputs(group.models["policy"], batch["observations"])
-            own = self.differentiable_actions(group, outputs)                                   # (B, G, width)
+            own = self.differentiable_actions(group, self.legal_outputs(group, outputs, batch.get("action_mask")))
             joint_with_own = with_own_actions(actions, own, [self.action_offsets[uid] for uid in group.uids])
             batch_size, size = own.shape[:2]
             inputs = (x.unsqueeze(1).expand(-1, size, -1).flatten(0, 1), joint_with_own.flatten(0, 1))

@@ -109,8 +109,11 @@ class MASAC(MADDPG):
         return actions
 
     # ----------------------------------------------------------------------------- update
-    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Actions sampled from the current policy at the next observations, with their log-probabilities."""
+    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor,
+                       next_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Actions sampled from the current policy at the next observations, with their log-probabilities (Box
+        actions only: no action mask applies).
+        """
         return self.policy_outputs(group.models["policy"], next_observations)
 
     def next_values(self, group: AgentGroup, q_next: torch.Tensor, log_prob: Optional[torch.Tensor]) -> torch.Tensor:

@@ -4,7 +4,7 @@ This file is the template for a new algorithm built on an existing one: it overr
 pieces that differ and inherits acting, storage, sampling and the update loop.
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 
@@ -36,9 +36,10 @@ class MATD3(MADDPG):
     ROLES = ("policy", "critic", "critic_2")
     CRITIC_ROLES = ("critic", "critic_2")
 
-    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor) -> Tuple[torch.Tensor, None]:
+    def target_actions(self, group: AgentGroup, next_observations: torch.Tensor,
+                       next_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, None]:
         """Target actions with clipped noise for continuous agents, kept inside the action space."""
-        actions, _ = super().target_actions(group, next_observations)
+        actions, _ = super().target_actions(group, next_observations, next_mask)
         uid = group.uids[0]
         if self.discrete[uid]:
             return actions, None
