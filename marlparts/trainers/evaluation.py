@@ -93,7 +93,9 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
     agents' returns as ``team_return`` says, and their mean and standard deviation over episodes) and, at
     the top level, the single team's figures, or where no team played (fixed policies in every seat)
     those of the mean return over every seat; several teams are never averaged together. With
-    ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0). With
+    ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0). A team that played
+    every seat of a game whose returns sum to zero has ``"zero_sum_self_play": True`` (:func:`zero_sum_self_play`).
+    With
     ``env_info`` (per entry of the env's ``info_keys``, its sum over each episode), each agent's mean of
     those sums.
     """
@@ -113,6 +115,8 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
             "returns": {uid: per_agent[uid] for uid in uids},
             "mean_length": report["mean_length"],
         }
+        if zero_sum_self_play(returns, len(uids) == len(possible_agents)):
+            report["teams"][name]["zero_sum_self_play"] = True
     if env_info:
         report["env_info"] = {key: dict(zip(possible_agents, totals.mean(dim=0).tolist()))
                               for key, totals in env_info.items()}
@@ -129,6 +133,17 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
         report["mean_return"] = float(every_seat.mean())
         report["std_return"] = float(every_seat.std()) if every_seat.numel() > 1 else 0.0
     return report
+
+
+def zero_sum_self_play(returns: torch.Tensor, plays_every_seat: bool) -> bool:
+    """Whether a team that ``plays_every_seat`` (``returns`` ``(episodes, seats)``) played a game whose seats'
+    returns sum to zero in every episode, some of them not zero: its team return is then 0 by construction and
+    says nothing of how well it plays (a self-play evaluation of tic-tac-toe, say).
+    """
+    if not plays_every_seat or returns.shape[1] < 2:
+        return False
+    largest = float(returns.abs().max()) if returns.numel() else 0.0
+    return largest > 0 and bool((returns.sum(dim=1).abs() <= 1e-6 * largest).all())
 
 
 def learning_curve_point(report: Mapping[str, Any], team: str, passes: Mapping[str, Mapping[str, Any]]

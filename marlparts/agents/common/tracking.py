@@ -1,6 +1,7 @@
 """What an algorithm writes about itself: metrics, training episodes, evaluations (and the best checkpoint)."""
 
 import os
+import warnings
 from typing import Any, Mapping
 
 import torch
@@ -37,7 +38,8 @@ class TrackingMixin:
             callback.on_update(self, dict(metrics))
 
     def record_evaluation(self, result: Mapping[str, Any]) -> None:
-        """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return.
+        """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return (none
+        where it played every seat of a zero-sum game, whose team return is 0 by construction: a warning says so).
 
         ``result`` holds ``mean_return`` (mean over episodes of this algorithm's team return),
         ``returns`` (agent id to its mean) and ``mean_length``, and ``sampled_mean_return`` where the
@@ -51,6 +53,14 @@ class TrackingMixin:
                 values["Evaluation / sampled-action return (team)"] = result["sampled_mean_return"]
             values.update({f"Evaluation / return / {uid}": value for uid, value in result["returns"].items()})
             self.tracker.write_now(values, self.timestep)
+        if result.get("zero_sum_self_play"):
+            if not self._warned_zero_sum:
+                warnings.warn(f"{type(self).__name__} plays every seat of a game whose returns sum to zero, so its "
+                              f"team return is 0 in every evaluation and tells no policy from another: no "
+                              f"best_agent.pt is kept. Evaluate it against fixed players, e.g. "
+                              f"trainer.eval(opponents={{seat: 'random'}}), for a measure of its play", stacklevel=2)
+                self._warned_zero_sum = True
+            return
         if result["mean_return"] > self.best_return and self.experiment_dir is not None and is_main_process():
             self.best_return = float(result["mean_return"])
             self.save_checkpoint(os.path.join(self.experiment_dir, "checkpoints", "best_agent.pt"))
