@@ -20,9 +20,10 @@ must do per env step in eager PyTorch, on copies of the example's own networks a
   a running scale of the returns (in place of PopArt, which also rescales the critic's last layer).
 
 It leaves out what the library does for generality (checks, logging, episode statistics, evaluations, the
-trainer's bookkeeping), so, as in ``straight_line_ppo.py``, its rate as a share of env-only stepping is about
-as high as eager PyTorch on one thread can take the example's algorithms. Three workloads are timed in
-alternating chunks of ``--chunk`` vectorized steps after a warm-up that runs both algorithms' first updates:
+trainer's bookkeeping), so, as in ``straight_line_ppo.py``, its rate as a share of env-only stepping estimates
+how far eager PyTorch on one thread takes the example's algorithms with nothing around them. Three workloads are timed in
+alternating chunks of ``--chunk`` vectorized steps after a warm-up that runs both algorithms' first updates and
+one chunk of each under PyTorch's flop counter (their matrix-product work, which should be the same):
 the example's trainer, this loop, and env-only stepping of a third env with uniform random actions.
 """
 
@@ -42,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples" / "magent2"))
 
 import battle_mfq_vs_mfac as example  # noqa: E402  (the example's builders, without running its main)
-from throughput import interleaved_many  # noqa: E402
+from throughput import count_flop, interleaved_many  # noqa: E402
 
 from marlparts.agents.common.mean_field import others_mean_actions  # noqa: E402
 from marlparts.trainers import SequentialTrainer  # noqa: E402
@@ -322,6 +323,8 @@ def main() -> None:
     train(warm_up)
     straight.step(warm_up)
     workloads: Dict[str, Callable[[int], None]] = {"library": train, "straight_line": straight.step, "env_only": step_env}
+    # the same arithmetic: matrix-product work of one chunk of each after the warm-up
+    flop = {name: count_flop(lambda run=workloads[name]: run(args.chunk)) for name in ("library", "straight_line")}
     seconds = dict(zip(workloads, interleaved_many(list(workloads.values()), args.chunk, args.rounds)))
     env_steps = env.num_envs  # per vectorized step
     report = {
@@ -332,6 +335,7 @@ def main() -> None:
         "library_over_env_only": seconds["env_only"] / seconds["library"],
         "straight_line_over_env_only": seconds["env_only"] / seconds["straight_line"],
         "library_over_straight_line": seconds["straight_line"] / seconds["library"],
+        "matmul_flop_per_chunk": flop,
     }
     print(f"battle 12 against 12, {env.num_envs} copies, {args.rounds} rounds of {args.chunk} vectorized steps each:")
     for name, value in seconds.items():
@@ -339,6 +343,8 @@ def main() -> None:
     print(f"  library / env-only:        {report['library_over_env_only']:.1%}")
     print(f"  straight line / env-only:  {report['straight_line_over_env_only']:.1%}")
     print(f"  library / straight line:   {report['library_over_straight_line']:.1%}")
+    print(f"  matrix-product GFLOP of one chunk: library {flop['library'] / 1e9:.3f}, "
+          f"straight line {flop['straight_line'] / 1e9:.3f}")
     pathlib.Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     for closing in (env, random_env, straight.env):
         closing.close()

@@ -1,8 +1,8 @@
 """How fast an example's MAPPO could train if it were written as straight-line PyTorch with no library around it.
 
-    python benchmarks/straight_line_ppo.py --example examples/vmas/balance_mappo.py --chunk 4 --rounds 8 \\
+    python benchmarks/straight_line_ppo.py --example examples/vmas/balance_mappo.py --chunk 4 --rounds 12 \\
         --output benchmarks/results/straight_line_ppo_vmas.json
-    python benchmarks/straight_line_ppo.py --example examples/mpe/simple_spread_mappo.py --chunk 20 \\
+    python benchmarks/straight_line_ppo.py --example examples/mpe/simple_spread_mappo.py --chunk 20 --rounds 8 \\
         --output benchmarks/results/straight_line_ppo_mpe.json
     python benchmarks/straight_line_ppo.py --learning-check 40 --output <file>   # the loop alone: does it learn?
 
@@ -27,12 +27,15 @@ and per rollout:
   scaler: a plain running scale, without PopArt's rescaling of the critic's last layer).
 
 It leaves out what the library does for generality (agents that leave, action masks, groups, stacked models,
-KL reports, logging, checks, episode statistics, the trainer's bookkeeping). So it is a lower bound on the
-work, not a second implementation to train with: its rate, as a share of env-only stepping, is about as high
-as eager PyTorch on this thread can take the example's algorithm, and the gap to the library's rate is what
-the library's structure costs. Three workloads are timed in alternating chunks of ``--chunk`` rollouts on one
-PyTorch thread: the example's trainer, this loop, and env-only stepping of a third env with uniform random
-actions.
+KL reports, logging, checks, episode statistics, the trainer's bookkeeping). It is a lean implementation to
+measure, not one to train with: its rate, as a share of env-only stepping, estimates how far eager PyTorch on one
+thread takes the example's algorithm with nothing around it (an estimate, not a proof: much of the update's time
+is the cost per operation, which other code could shave), and the gap to the library's rate is what the
+library's structure costs. PyTorch's flop counter checks the arithmetic: the matrix-product work of one
+rollout of each training workload (counted before the timing) is the same but for the critic passes of time-limit
+bootstraps, which depend on when each env's copies end. Three workloads are timed in alternating chunks of
+``--chunk`` rollouts on one PyTorch thread: the example's trainer, this loop, and env-only stepping of a third env
+with uniform random actions.
 """
 
 import argparse
@@ -49,7 +52,7 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from throughput import env_stepper, interleaved_many, load_example  # noqa: E402
+from throughput import count_flop, env_stepper, interleaved_many, load_example  # noqa: E402
 
 from marlparts.trainers import SequentialTrainer  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
@@ -63,7 +66,8 @@ class RunningScale:
 
     def __init__(self, size: int) -> None:
         self.mean, self.var, self.count = torch.zeros(size), torch.ones(size), 1e-4
-        self.total, self.total_sq, self.seen = torch.zeros(size), torch.zeros(size), 0
+        self.total = torch.zeros(size, dtype=torch.float64)
+        self.total_sq, self.seen = torch.zeros(size, dtype=torch.float64), 0
 
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` standardised by the current statistics, clipped to [-5, 5]."""
@@ -72,14 +76,16 @@ class RunningScale:
     def take_in(self, x: torch.Tensor) -> None:
         """Add ``x``'s rows to the statistics of the current rollout."""
         rows = x.reshape(-1, x.shape[-1])
-        self.total += rows.sum(0)
-        self.total_sq += rows.square().sum(0)
+        self.total += rows.sum(0, dtype=torch.float64)
+        self.total_sq += rows.square().sum(0, dtype=torch.float64)
         self.seen += rows.shape[0]
 
     def merge(self) -> None:
-        """Merge the current rollout's statistics into the running ones."""
+        """Merge the current rollout's statistics into the running ones (sums in float64, the variance at least 0:
+        a constant feature's rounding cannot make it negative)."""
         mean = self.total / self.seen
-        var = self.total_sq / self.seen - mean.square()
+        var = (self.total_sq / self.seen - mean.square()).clamp(min=0.0)
+        mean, var = mean.float(), var.float()
         delta, total = mean - self.mean, self.count + self.seen
         self.var = (self.var * self.count + var * self.seen + delta.square() * self.count * self.seen / total) / total
         self.mean = self.mean + delta * self.seen / total
@@ -306,6 +312,8 @@ def main() -> None:
 
     workloads: Dict[str, Callable[[int], None]] = {"library": train, "straight_line": train_straight,
                                                    "env_only": step_env}
+    # the same arithmetic: matrix-product work of one rollout of each (also a warm-up)
+    flop = {name: count_flop(lambda run=workloads[name]: run(1)) for name in ("library", "straight_line")}
     seconds = dict(zip(workloads, interleaved_many(list(workloads.values()), args.chunk, args.rounds)))
     env_steps = rollout * env.num_envs
     report = {
@@ -316,6 +324,7 @@ def main() -> None:
         "library_over_env_only": seconds["env_only"] / seconds["library"],
         "straight_line_over_env_only": seconds["env_only"] / seconds["straight_line"],
         "library_over_straight_line": seconds["straight_line"] / seconds["library"],
+        "matmul_flop_per_rollout": flop,
     }
     print(f"{args.example}, {args.rounds} rounds of {args.chunk} rollout(s) each:")
     for name, value in seconds.items():
@@ -323,6 +332,8 @@ def main() -> None:
     print(f"  library / env-only:        {report['library_over_env_only']:.1%}")
     print(f"  straight line / env-only:  {report['straight_line_over_env_only']:.1%}")
     print(f"  library / straight line:   {report['library_over_straight_line']:.1%}")
+    print(f"  matrix-product GFLOP of one rollout: library {flop['library'] / 1e9:.3f}, "
+          f"straight line {flop['straight_line'] / 1e9:.3f}")
     pathlib.Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     for closing in (env, env_only, straight.env):
         closing.close()
