@@ -93,6 +93,19 @@ def replayer(calls: List[Call]) -> Callable[[int], None]:
     return replay
 
 
+def example_trainer(example: Any) -> Tuple[Any, Any, SequentialTrainer, int]:
+    """The example's env (seed 0) and agent (seeds set to 0, its folder a temporary one, no logs or checkpoints),
+    a trainer that trains it one rollout per ``train()``, and the rollout's length in vectorized steps.
+    """
+    set_seed(0)
+    env = example.make_env()
+    agent = example.make_agent(env, tempfile.mkdtemp())
+    agent.cfg["experiment"].update(tensorboard=False, checkpoint_interval=0)
+    rollout = int(agent.cfg["rollouts"])
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": rollout, "disable_progressbar": True})
+    return env, agent, trainer, rollout
+
+
 def main() -> None:
     """Measure, print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,13 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     example = load_example(args.example)
-    set_seed(0)
-    directory = tempfile.mkdtemp()
-    env = example.make_env()
-    agent = example.make_agent(env, directory)
-    agent.cfg["experiment"].update(tensorboard=False, checkpoint_interval=0)
-    rollout = int(agent.cfg["rollouts"])
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": rollout, "disable_progressbar": True})
+    env, agent, trainer, rollout = example_trainer(example)
     trainer.train()  # the first rollout and update: warm-up
 
     calls: List[Call] = []

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples" / "magent2"))
 
 import battle_mfq_vs_mfac as example  # noqa: E402  (the example's builders, without running its main)
+from straight_line_ppo import compared  # noqa: E402
 from throughput import count_flop, interleaved_many  # noqa: E402
 
 from marlparts.agents.common.mean_field import others_mean_actions  # noqa: E402
@@ -326,25 +327,10 @@ def main() -> None:
     # the same arithmetic: matrix-product work of one chunk of each after the warm-up
     flop = {name: count_flop(lambda run=workloads[name]: run(args.chunk)) for name in ("library", "straight_line")}
     seconds = dict(zip(workloads, interleaved_many(list(workloads.values()), args.chunk, args.rounds)))
-    env_steps = env.num_envs  # per vectorized step
-    report = {
-        "example": "examples/magent2/battle_mfq_vs_mfac.py", "torch_threads": 1, "rounds": args.rounds,
-        "chunk_vectorized_steps": args.chunk, "num_envs": env.num_envs,
-        "steps_per_s": {name: env_steps / value for name, value in seconds.items()},
-        "ms_per_vectorized_step": {name: 1000 * value for name, value in seconds.items()},
-        "library_over_env_only": seconds["env_only"] / seconds["library"],
-        "straight_line_over_env_only": seconds["env_only"] / seconds["straight_line"],
-        "library_over_straight_line": seconds["straight_line"] / seconds["library"],
-        "matmul_flop_per_chunk": flop,
-    }
     print(f"battle 12 against 12, {env.num_envs} copies, {args.rounds} rounds of {args.chunk} vectorized steps each:")
-    for name, value in seconds.items():
-        print(f"  {name:14s} {env_steps / value:8.0f} env steps/s ({1000 * value:.2f} ms a vectorized step)")
-    print(f"  library / env-only:        {report['library_over_env_only']:.1%}")
-    print(f"  straight line / env-only:  {report['straight_line_over_env_only']:.1%}")
-    print(f"  library / straight line:   {report['library_over_straight_line']:.1%}")
-    print(f"  matrix-product GFLOP of one chunk: library {flop['library'] / 1e9:.3f}, "
-          f"straight line {flop['straight_line'] / 1e9:.3f}")
+    report = {"example": "examples/magent2/battle_mfq_vs_mfac.py", "torch_threads": 1, "rounds": args.rounds,
+              "chunk_vectorized_steps": args.chunk, "num_envs": env.num_envs,
+              **compared(seconds, env.num_envs, "vectorized step", flop, "chunk")}
     pathlib.Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     for closing in (env, random_env, straight.env):
         closing.close()

@@ -44,18 +44,16 @@ import json
 import math
 import pathlib
 import sys
-import tempfile
-from typing import Any, Callable, Dict, Tuple
+from typing import Any, Callable, Dict, Mapping, Tuple
 
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from network_floor import example_trainer  # noqa: E402
 from throughput import count_flop, env_stepper, interleaved_many, load_example  # noqa: E402
 
-from marlparts.trainers import SequentialTrainer  # noqa: E402
-from marlparts.utils import set_seed  # noqa: E402
 from marlparts.utils.agent_tensors import stack_agents, unstack_agents  # noqa: E402
 
 HALF_LOG_TWO_PI = 0.5 * math.log(2 * math.pi)
@@ -258,6 +256,31 @@ class StraightLinePPO:
         return torch.max((predicted - targets).square(), (clipped - targets).square()).mean()
 
 
+def compared(seconds: Mapping[str, float], env_steps: int, unit: str, flop: Mapping[str, float], flop_of: str
+             ) -> Dict[str, Any]:
+    """The figures of the three workloads (``seconds`` per ``unit`` of ``env_steps`` env steps, for ``"library"``,
+    ``"straight_line"`` and ``"env_only"``; ``flop``: the matrix-product work of one ``flop_of`` of the first two),
+    printed and returned for the report.
+    """
+    figures = {
+        "env_steps_per_" + unit.replace(" ", "_"): env_steps,
+        "steps_per_s": {name: env_steps / value for name, value in seconds.items()},
+        "ms_per_" + unit.replace(" ", "_"): {name: 1000 * value for name, value in seconds.items()},
+        "library_over_env_only": seconds["env_only"] / seconds["library"],
+        "straight_line_over_env_only": seconds["env_only"] / seconds["straight_line"],
+        "library_over_straight_line": seconds["straight_line"] / seconds["library"],
+        "matmul_flop_per_" + flop_of: dict(flop),
+    }
+    for name, value in seconds.items():
+        print(f"  {name:14s} {env_steps / value:8.0f} env steps/s ({1000 * value:.2f} ms a {unit})")
+    print(f"  library / env-only:        {figures['library_over_env_only']:.1%}")
+    print(f"  straight line / env-only:  {figures['straight_line_over_env_only']:.1%}")
+    print(f"  library / straight line:   {figures['library_over_straight_line']:.1%}")
+    print(f"  matrix-product GFLOP of one {flop_of}: library {flop['library'] / 1e9:.3f}, "
+          f"straight line {flop['straight_line'] / 1e9:.3f}")
+    return figures
+
+
 def learning_check(straight: StraightLinePPO, rollouts: int, output: str) -> None:
     """Train ``straight`` for ``rollouts`` rollouts and write each rollout's mean reward per agent, summed over the
     rollout's steps: a check that the loop learns (so that it does the work a PPO does), not a learning figure.
@@ -285,13 +308,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     example = load_example(args.example)
-    set_seed(0)
-    directory = tempfile.mkdtemp()
-    env = example.make_env()
-    agent = example.make_agent(env, directory)
-    agent.cfg["experiment"].update(tensorboard=False, checkpoint_interval=0)
-    rollout = int(agent.cfg["rollouts"])
-    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": rollout, "disable_progressbar": True})
+    env, agent, trainer, rollout = example_trainer(example)
     straight = StraightLinePPO(example.make_env(seed=2), agent)
     if args.learning_check:
         learning_check(straight, args.learning_check, args.output)
@@ -315,25 +332,9 @@ def main() -> None:
     # the same arithmetic: matrix-product work of one rollout of each (also a warm-up)
     flop = {name: count_flop(lambda run=workloads[name]: run(1)) for name in ("library", "straight_line")}
     seconds = dict(zip(workloads, interleaved_many(list(workloads.values()), args.chunk, args.rounds)))
-    env_steps = rollout * env.num_envs
-    report = {
-        "example": args.example, "torch_threads": 1, "rounds": args.rounds, "chunk_rollouts": args.chunk,
-        "env_steps_per_rollout": env_steps,
-        "steps_per_s": {name: env_steps / value for name, value in seconds.items()},
-        "ms_per_rollout": {name: 1000 * value for name, value in seconds.items()},
-        "library_over_env_only": seconds["env_only"] / seconds["library"],
-        "straight_line_over_env_only": seconds["env_only"] / seconds["straight_line"],
-        "library_over_straight_line": seconds["straight_line"] / seconds["library"],
-        "matmul_flop_per_rollout": flop,
-    }
     print(f"{args.example}, {args.rounds} rounds of {args.chunk} rollout(s) each:")
-    for name, value in seconds.items():
-        print(f"  {name:14s} {env_steps / value:8.0f} env steps/s ({1000 * value:.0f} ms a rollout)")
-    print(f"  library / env-only:        {report['library_over_env_only']:.1%}")
-    print(f"  straight line / env-only:  {report['straight_line_over_env_only']:.1%}")
-    print(f"  library / straight line:   {report['library_over_straight_line']:.1%}")
-    print(f"  matrix-product GFLOP of one rollout: library {flop['library'] / 1e9:.3f}, "
-          f"straight line {flop['straight_line'] / 1e9:.3f}")
+    report = {"example": args.example, "torch_threads": 1, "rounds": args.rounds, "chunk_rollouts": args.chunk,
+              **compared(seconds, rollout * env.num_envs, "rollout", flop, "rollout")}
     pathlib.Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
     for closing in (env, env_only, straight.env):
         closing.close()

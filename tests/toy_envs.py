@@ -177,6 +177,16 @@ class CueEnv(ParallelEnv):
         return obs, rewards, terminated, truncated, {a: {} for a in obs}
 
 
+def start_aec_game(env: AECEnv) -> None:
+    """Every player back in ``env``'s game, with PettingZoo's per-player bookkeeping of an AEC env cleared."""
+    env.agents = list(env.possible_agents)
+    env.rewards = dict.fromkeys(env.agents, 0.0)
+    env._cumulative_rewards = dict.fromkeys(env.agents, 0.0)
+    env.terminations = dict.fromkeys(env.agents, False)
+    env.truncations = dict.fromkeys(env.agents, False)
+    env.infos = {agent: {} for agent in env.agents}
+
+
 class CallAndAnswerEnv(AECEnv):
     """A turn-based (AEC) game of two moves where the right play is known exactly.
 
@@ -213,12 +223,7 @@ class CallAndAnswerEnv(AECEnv):
         self.resets += 1
         if self.grow_at_reset and self.resets > 2:  # the first reset is the wrapper's probe
             self.size = 4
-        self.agents = list(self.possible_agents)
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {agent: {} for agent in self.agents}
+        start_aec_game(self)
         self.agent_selection, self.call = "caller", None
 
     def step(self, action):
@@ -267,12 +272,7 @@ class EliminationEnv(AECEnv):
                 "action_mask": np.array([1, int(to_move)], dtype=np.int8)}
 
     def reset(self, seed=None, options=None):
-        self.agents = list(self.possible_agents)
-        self.rewards = dict.fromkeys(self.agents, 0.0)
-        self._cumulative_rewards = dict.fromkeys(self.agents, 0.0)
-        self.terminations = dict.fromkeys(self.agents, False)
-        self.truncations = dict.fromkeys(self.agents, False)
-        self.infos = {agent: {} for agent in self.agents}
+        start_aec_game(self)
         self.agent_selection, self.moves = "first", 0
 
     def step(self, action):
