@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from toy_envs import ContinuousEnv, CountingEnv
@@ -87,6 +88,43 @@ def test_discrete_actions_masked_by_the_env_are_never_taken_targeted_nor_improve
             for uid in env.possible_agents:
                 assert infos["action_mask"][uid].gather(1, actions[uid].long()).all()
             observations, _, _, _, infos = env.step(actions)
+
+
+class NoActionsOnceGone(CountingEnv):
+    """CountingEnv(masked=True) where an agent whose episode ends is shown a mask with no legal action."""
+
+    def step(self, actions):
+        observations, rewards, terminated, truncated, infos = super().step(actions)
+        for uid in observations:
+            if terminated[uid] or truncated[uid]:
+                observations[uid]["action_mask"] = np.zeros(4, dtype=np.int8)
+        return observations, rewards, terminated, truncated, infos
+
+
+@pytest.mark.parametrize("algorithm", [MADDPG, MATD3])
+def test_a_final_mask_with_no_legal_action_leaves_the_targets_finite_below_a_gumbel_temperature_of_one(algorithm):
+    set_seed(0)
+    env = wrap_env(lambda: NoActionsOnceGone(max_steps=6, leave_at=3, masked=True), num_envs=4, seed=0)
+    agent = build(env, algorithm=algorithm, cfg={"gumbel_temperature": 0.5, "learning_starts": 4})
+    losses = []
+    original = agent.gradient_update
+    agent.gradient_update = lambda batches: losses.append(original(batches)) or losses[-1]
+    run(agent, env, 40)
+    assert not agent.groups[0].memory.get_tensor_by_name("next_action_mask").any(-1).all()  # such masks were stored
+    assert losses and all(torch.isfinite(value).all() for step in losses for value in step.values())
+    assert all(torch.isfinite(parameter).all() for parameter in agent.models["agent_0"]["policy"].parameters())
+
+
+def test_a_subclass_whose_target_actions_takes_no_mask_trains_where_the_env_has_no_masks():
+    class ClampedTargets(MADDPG):
+        def target_actions(self, group, next_observations):
+            actions, log_prob = super().target_actions(group, next_observations)
+            return actions.clamp(-0.5, 0.5), log_prob
+
+    env = wrap_env(lambda: ContinuousEnv(max_steps=6), num_envs=2, seed=0)
+    agent = build(env, algorithm=ClampedTargets)
+    run(agent, env, 10)
+    assert agent.gradient_step > 0
 
 
 def test_truncated_transitions_store_the_final_observation_and_do_not_count_as_terminal():

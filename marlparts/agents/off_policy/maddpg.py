@@ -137,11 +137,14 @@ class MADDPG(OffPolicyMultiAgent):
     def legal_outputs(self, group: AgentGroup, outputs: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
         """A discrete group's logits ``(batch, group, actions)`` with the actions ``mask`` forbids at the lowest
         float, so that no sample, argmax or Gumbel-softmax picks them; continuous outputs, and logits without a
-        mask, as they are.
+        mask, as they are. A row whose mask allows nothing (the final mask of an agent that is gone) is left as
+        it is: masked whole, a Gumbel-softmax below a temperature of 1 would turn it into NaN.
         """
         if mask is None or not self.discrete[group.uids[0]]:
             return outputs
-        return outputs.masked_fill(~mask.bool(), torch.finfo(outputs.dtype).min)
+        forbidden = ~mask.bool()
+        forbidden &= ~forbidden.all(dim=-1, keepdim=True)
+        return outputs.masked_fill(forbidden, torch.finfo(outputs.dtype).min)
 
     def _bounds(self, uid: str, like: torch.Tensor) -> tuple:
         """``(low, high)`` of a Box action space as flat tensors like ``like`` (converted once per agent)."""
@@ -236,7 +239,8 @@ class MADDPG(OffPolicyMultiAgent):
     def target_values(self, batches: List[Dict[str, torch.Tensor]]) -> List[torch.Tensor]:
         """TD targets ``y = r + γ (1 − terminated) Q'(x', a'_1..a'_N)`` per group, ``(batch, group)``."""
         with torch.no_grad():
-            sampled = [self.target_actions(g, b["next_observations"], b.get("next_action_mask"))
+            sampled = [self.target_actions(g, b["next_observations"], b["next_action_mask"]) if "next_action_mask" in b
+                       else self.target_actions(g, b["next_observations"])  # (an override without masks still works)
                        for g, b in zip(self.groups, batches)]
             next_actions = self.joint([actions for actions, _ in sampled])
             next_x = self.critic_observations(batches, "next_observations")
