@@ -89,6 +89,17 @@ def test_after_a_player_is_eliminated_the_next_player_sees_its_own_turn_and_the_
     assert bool(infos["active"]["first"]) and observations["first"].tolist() == [[2.0, 1.0]]
 
 
+def test_players_eliminated_together_each_keep_the_view_of_their_own_dead_step():
+    env = wrap_env(lambda: EliminationEnv(eliminated=("out", "also_out")), num_envs=1)
+    env.reset()
+    _, rewards, terminated, _, infos = env.step({uid: torch.zeros(1, 1, dtype=torch.long) for uid in env.possible_agents})
+    for uid in ("out", "also_out"):  # as PettingZoo's own loop hands each its last view: at its turn to leave
+        assert bool(terminated[uid]) and float(rewards[uid]) == -1.0
+        assert infos["final_observation"][uid].tolist() == [[1.0, 1.0]]
+        assert infos["final_action_mask"][uid].tolist() == [[True, True]]
+    assert bool(infos["active"]["second"]) and infos["action_mask"]["second"].tolist() == [[True, True]]
+
+
 def test_the_action_of_an_agent_that_waits_is_ignored():
     env = wrap_env(lambda: CallAndAnswerEnv(), num_envs=1)
     env.reset()

@@ -244,19 +244,21 @@ class CallAndAnswerEnv(AECEnv):
 
 
 class EliminationEnv(AECEnv):
-    """A turn-based (AEC) game of three players where ``out`` is eliminated by the first move and the others play on.
+    """A turn-based (AEC) game where the ``eliminated`` players are out after the first move and the others play on.
 
-    Players move in turn (``first``, ``second``, ``out``); the first move terminates ``out`` (reward -1), whom
-    PettingZoo's dead step then removes before ``second`` moves. The game ends after ``length`` moves. Each
+    Players move in turn (``first``, ``second``, then the ``eliminated``: ``("out",)`` by default); the first move
+    terminates the eliminated (reward -1 each), whom PettingZoo's dead steps then remove, one after the other,
+    before ``second`` moves. The game ends after ``length`` moves. Each
     observation is ``[moves so far, 1 if it is this player's turn]`` with an action mask that allows action 1
     only to the player whose turn it is (action 0 always).
     """
 
     metadata = {"name": "elimination_v0", "is_parallelizable": False}
 
-    def __init__(self, length=4):
+    def __init__(self, length=4, eliminated=("out",)):
         super().__init__()
-        self.possible_agents = ["first", "second", "out"]
+        self.possible_agents = ["first", "second", *eliminated]
+        self.eliminated = list(eliminated)
         self.length = length
 
     def observation_space(self, agent):
@@ -284,7 +286,8 @@ class EliminationEnv(AECEnv):
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self.moves += 1
         if self.moves == 1:
-            self.terminations["out"], self.rewards["out"] = True, -1.0
+            for agent in self.eliminated:
+                self.terminations[agent], self.rewards[agent] = True, -1.0
         if self.moves >= self.length:
             self.terminations = dict.fromkeys(self.agents, True)
         live = [agent for agent in self.agents if not self.terminations[agent]]

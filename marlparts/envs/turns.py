@@ -11,7 +11,7 @@ credit what reaches an agent while it waits to its last action (see
 :func:`~marlparts.agents.ppo.advantages.compute_gae`).
 """
 
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gymnasium
 from pettingzoo.utils.conversions import aec_to_parallel
@@ -83,13 +83,11 @@ class TurnBasedParallelEnv:
             rewards[uid] = rewards.get(uid, 0.0) + float(env.rewards.get(uid, 0.0))
         terminated = {uid: bool(env.terminations.get(uid, False)) for uid in rewards}
         truncated = {uid: bool(env.truncations.get(uid, False)) for uid in rewards}
-        # an agent whose episode ended keeps its last view (taken before its dead step removes it); the others
-        # are seen after the dead steps, once the agent to move is a live one (PettingZoo selects the ended
-        # agents first, so before them every view and mask would be of an ended agent's turn)
-        ended = [uid for uid in env.agents if terminated.get(uid) or truncated.get(uid)]
-        observations = {uid: env.observe(uid) for uid in ended}
-        infos = {uid: env.infos.get(uid, {}) for uid in ended}
-        rewards_while_leaving = self._remove_ended_agents()
+        # every player's view now; then an ended player's view at its own dead step (its "turn" to leave, as
+        # PettingZoo's loop hands it over), and a live player's once the dead steps are done (the player to move
+        # is then a live one: before them every view and mask would be of an ended player's turn)
+        observations, infos = self._observations(), self._infos()
+        rewards_while_leaving = self._remove_ended_agents(observations, infos, terminated, truncated)
         for uid, reward in rewards_while_leaving.items():
             rewards[uid] = rewards.get(uid, 0.0) + reward
         observations.update(self._observations())
@@ -104,13 +102,23 @@ class TurnBasedParallelEnv:
         """Close the AEC env."""
         self.env.close()
 
-    def _remove_ended_agents(self) -> Dict[str, float]:
+    def _remove_ended_agents(self, observations: Optional[Dict[str, Any]] = None, infos: Optional[Dict[str, Any]] = None,
+                             terminated: Optional[Dict[str, bool]] = None, truncated: Optional[Dict[str, bool]] = None
+                             ) -> Dict[str, float]:
         """Step ``None`` for every agent whose episode has ended until a live agent is to move (or none is
-        left); the rewards those steps gave.
+        left); the rewards those steps gave. Each ended agent's view and infos go into ``observations`` and
+        ``infos`` right before its dead step, and an episode that a dead step ends for another agent goes into
+        ``terminated`` / ``truncated`` (where given).
         """
         env, rewards = self.env, {}
         while env.agents and (env.terminations.get(env.agent_selection, False)
                               or env.truncations.get(env.agent_selection, False)):
+            leaving = env.agent_selection
+            if observations is not None:
+                observations[leaving], infos[leaving] = env.observe(leaving), env.infos.get(leaving, {})
+                for uid in terminated:
+                    terminated[uid] = terminated[uid] or bool(env.terminations.get(uid, False))
+                    truncated[uid] = truncated[uid] or bool(env.truncations.get(uid, False))
             env.step(None)
             for uid in env.agents:
                 rewards[uid] = rewards.get(uid, 0.0) + float(env.rewards.get(uid, 0.0))
