@@ -293,7 +293,8 @@ def test_best_checkpoint_follows_the_evaluation_return(tmp_path):
     assert torch.load(best, weights_only=True)["counters"]["timestep"] == 10
     agent.timestep = 30
     agent.record_evaluation(evaluated(-5.0))
-    assert torch.load(best, weights_only=True)["counters"] == {"timestep": 30, "best_return": -5.0, "evaluated_at": 30}
+    assert torch.load(best, weights_only=True)["counters"] == {"timestep": 30, "best_return": -5.0, "evaluated_at": 30,
+                                                                 "zero_sum_self_play": False}
 
 
 def test_preprocessor_statistics_are_fixed_during_a_rollout_and_updated_after_it(tmp_path):

@@ -224,6 +224,28 @@ def test_self_play_of_a_zero_sum_game_keeps_no_best_agent_since_its_team_return_
     env.close()
 
 
+def test_a_zero_sum_game_shown_by_any_pass_of_an_evaluation_keeps_later_all_draw_evaluations_from_best_agent(tmp_path):
+    env = wrap_env(lambda: tictactoe_v3.env(), num_envs=2, seed=0)
+    agent = build_mappo(env, directory=str(tmp_path), algorithm="ippo")
+    trainer = SequentialTrainer(env=env, agents=agent, cfg={"timesteps": 1, "disable_progressbar": True})
+    trainer.train()
+    team = trainer.teams[0]
+    draws = {"mean_return": 0.0, "std_return": 0.0, "returns": {"player_1": 0.0, "player_2": 0.0}, "mean_length": 9.0}
+    won = {**draws, "returns": {"player_1": 1.0, "player_2": -1.0}, "zero_sum_self_play": True}
+    reports = iter([{"teams": {team: draws}, "actions": "both", "sampled": {"teams": {team: won}}},  # greedy: draws
+                    {"teams": {team: draws}, "actions": "greedy"}])  # a later evaluation of draws only
+    trainer.eval = lambda *args, **kwargs: next(reports)
+    with pytest.warns(UserWarning, match="sum to zero"):
+        trainer._evaluate_during_training()
+    trainer._evaluate_during_training()
+    assert agent.best_return == -float("inf")
+    assert not os.path.exists(os.path.join(agent.experiment_dir, "checkpoints", "best_agent.pt"))
+    resumed = build_mappo(env, directory=str(tmp_path / "resumed"), algorithm="ippo")
+    resumed.load_counters(agent.counters())  # a resumed run knows it too
+    assert resumed.zero_sum_self_play
+    env.close()
+
+
 def test_an_algorithm_that_cannot_credit_waiting_rewards_is_refused_on_a_turn_based_env():
     env = wrap_env(lambda: CallAndAnswerEnv(), num_envs=2)
     agent = build_maddpg(env)

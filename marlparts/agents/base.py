@@ -140,7 +140,8 @@ class MultiAgent(CheckpointMixin, TrackingMixin, OptimizationMixin):
         self.experiment_dir: Optional[str] = None
         self._initialised = False
         self.best_return = -float("inf")
-        self._warned_zero_sum = False  # record_evaluation warns once of self-play evaluations of a zero-sum game
+        # set by record_evaluation once an evaluation showed the algorithm playing every seat of a zero-sum game
+        self.zero_sum_self_play = False
         self.timestep = 0
         self.evaluated_at: Optional[int] = None  # the step of the last evaluation during training (record_evaluation)
         self._write_interval = 0

@@ -140,10 +140,11 @@ def zero_sum_self_play(returns: torch.Tensor, plays_every_seat: bool) -> bool:
     returns sum to zero in every episode, some of them not zero: its team return is then 0 by construction and
     says nothing of how well it plays (a self-play evaluation of tic-tac-toe, say).
     """
-    if not plays_every_seat or returns.shape[1] < 2:
+    if not plays_every_seat or returns.shape[1] < 2 or returns.numel() == 0:
         return False
-    largest = float(returns.abs().max()) if returns.numel() else 0.0
-    return largest > 0 and bool((returns.sum(dim=1).abs() <= 1e-6 * largest).all())
+    returns = returns.double()
+    scale = returns.abs().sum(dim=1)  # per episode: a large episode does not hide another's sum
+    return bool((scale > 0).any()) and bool((returns.sum(dim=1).abs() <= 1e-5 * scale).all())
 
 
 def learning_curve_point(report: Mapping[str, Any], team: str, passes: Mapping[str, Mapping[str, Any]]

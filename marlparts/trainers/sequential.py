@@ -240,7 +240,10 @@ class SequentialTrainer(Trainer):
         for agent, team in zip(self.agents, self.teams):
             figures = dict(result["teams"][team])
             if "sampled" in result and result["actions"] != "sampled":
-                figures["sampled_mean_return"] = result["sampled"]["teams"][team]["mean_return"]
+                sampled = result["sampled"]["teams"][team]
+                figures["sampled_mean_return"] = sampled["mean_return"]
+                # a greedy pass of draws only cannot show a zero-sum game; the sampled pass of the same games can
+                figures["zero_sum_self_play"] = figures.get("zero_sum_self_play") or sampled.get("zero_sum_self_play")
             agent.record_evaluation(figures)
 
     def _evaluation_env(self) -> MultiAgentEnv:

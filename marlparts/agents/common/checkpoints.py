@@ -94,16 +94,20 @@ class CheckpointMixin:
     def counters(self) -> Dict[str, Any]:
         """The algorithm's counters (subclasses add theirs): saved and restored with the models. ``evaluated_at``
         (the step of the last evaluation during training) tells a resumed run whether its first step's
-        evaluation is done.
+        evaluation is done; ``zero_sum_self_play`` that its evaluations keep no ``best_agent.pt``.
         """
-        return {"timestep": self.timestep, "best_return": self.best_return, "evaluated_at": self.evaluated_at}
+        return {"timestep": self.timestep, "best_return": self.best_return, "evaluated_at": self.evaluated_at,
+                "zero_sum_self_play": self.zero_sum_self_play}
 
     def load_counters(self, counters: Mapping[str, Any]) -> None:
-        """Restore what :meth:`counters` returned (a checkpoint written before ``evaluated_at`` was kept: None)."""
+        """Restore what :meth:`counters` returned (a checkpoint written before ``evaluated_at`` or
+        ``zero_sum_self_play`` was kept: None and False).
+        """
         self.timestep = int(counters["timestep"])
         self.best_return = float(counters["best_return"])
         evaluated_at = counters.get("evaluated_at")
         self.evaluated_at = None if evaluated_at is None else int(evaluated_at)
+        self.zero_sum_self_play = bool(counters.get("zero_sum_self_play", False))
 
     def state_dict(self, *, include_memory: Optional[bool] = None) -> Dict[str, Any]:
         """Everything that makes up the algorithm's state: models, optimizers, schedulers, preprocessors,

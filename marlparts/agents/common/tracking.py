@@ -53,13 +53,14 @@ class TrackingMixin:
                 values["Evaluation / sampled-action return (team)"] = result["sampled_mean_return"]
             values.update({f"Evaluation / return / {uid}": value for uid, value in result["returns"].items()})
             self.tracker.write_now(values, self.timestep)
-        if result.get("zero_sum_self_play"):
-            if not self._warned_zero_sum:
-                warnings.warn(f"{type(self).__name__} plays every seat of a game whose returns sum to zero, so its "
-                              f"team return is 0 in every evaluation and tells no policy from another: no "
-                              f"best_agent.pt is kept. Evaluate it against fixed players, e.g. "
-                              f"trainer.eval(opponents={{seat: 'random'}}), for a measure of its play", stacklevel=2)
-                self._warned_zero_sum = True
+        if result.get("zero_sum_self_play") and not self.zero_sum_self_play:
+            self.zero_sum_self_play = True  # for good: a later evaluation of draws only cannot show it again
+            warnings.warn(f"{type(self).__name__} plays every seat of a game whose returns sum to zero, so its team "
+                          f"return is 0 in every evaluation and tells no policy from another: no best_agent.pt is "
+                          f"kept (one that an earlier evaluation wrote holds no best agent either). Evaluate it "
+                          f"against fixed players, e.g. trainer.eval(opponents={{seat: 'random'}}), for a measure of "
+                          f"its play", stacklevel=2)
+        if self.zero_sum_self_play:
             return
         if result["mean_return"] > self.best_return and self.experiment_dir is not None and is_main_process():
             self.best_return = float(result["mean_return"])
