@@ -105,15 +105,16 @@ def test_a_run_cut_short_during_its_last_evaluation_gets_that_point_with_no_step
     assert curve_steps(resumed) == [0, 4, 8]
 
 
-def test_a_checkpoint_without_the_evaluation_step_loads(tmp_path):
+def test_a_checkpoint_without_the_evaluation_step_or_the_zero_sum_mark_loads(tmp_path):
     env = counting_env()
     agent = named_agent(env, tmp_path)
     trainer_for(agent, env, INTERVAL).train()
     state = agent.state_dict()
     del state["counters"]["evaluated_at"]  # as written before the step was kept
+    del state["counters"]["zero_sum_self_play"]  # as written before self-play of zero-sum games was marked
     resumed = named_agent(counting_env(), tmp_path)
     resumed.load_state_dict(state)
-    assert resumed.timestep == INTERVAL and resumed.evaluated_at is None
+    assert resumed.timestep == INTERVAL and resumed.evaluated_at is None and not resumed.zero_sum_self_play
 
 
 def test_a_run_folder_moved_elsewhere_goes_on_where_it_now_is(tmp_path):

@@ -246,6 +246,11 @@ def test_a_zero_sum_game_shown_by_any_pass_of_an_evaluation_keeps_later_all_draw
     resumed = build_mappo(env, directory=str(tmp_path / "resumed"), algorithm="ippo")
     resumed.load_counters(agent.counters())  # a resumed run knows it too
     assert resumed.zero_sum_self_play
+    # against a fixed player (one seat of the team's): a team return that is not 0 is a measure again
+    trainer.eval = lambda *args, **kwargs: {"teams": {team: {**draws, "mean_return": 0.5}}, "actions": "greedy"}
+    trainer._evaluate_during_training()
+    assert not agent.zero_sum_self_play and agent.best_return == 0.5
+    assert os.path.exists(os.path.join(agent.experiment_dir, "checkpoints", "best_agent.pt"))
     env.close()
 
 

@@ -13,8 +13,8 @@ from marlparts.utils.checkpoint_files import load_checkpoint_file, save_checkpoi
 from marlparts.utils.distributed import is_main_process
 from marlparts.utils.seeding import rng_states, set_rng_states
 
-#: counters that checkpoints of earlier versions lack (loaded as None)
-OPTIONAL_COUNTERS = frozenset({"evaluated_at"})
+#: counters that checkpoints of earlier versions lack (loaded as None and False)
+OPTIONAL_COUNTERS = frozenset({"evaluated_at", "zero_sum_self_play"})
 
 
 def _shape(value: Any) -> tuple:

@@ -39,7 +39,8 @@ class TrackingMixin:
 
     def record_evaluation(self, result: Mapping[str, Any]) -> None:
         """Log an evaluation of this algorithm's agents and keep ``best_agent.pt`` for its best mean return (none
-        where it played every seat of a zero-sum game, whose team return is 0 by construction: a warning says so).
+        where it played every seat of a zero-sum game, whose team return is 0 by construction: a warning says so;
+        that holds until an evaluation's team return is not 0, as against fixed players after a reload).
 
         ``result`` holds ``mean_return`` (mean over episodes of this algorithm's team return),
         ``returns`` (agent id to its mean) and ``mean_length``, and ``sampled_mean_return`` where the
@@ -60,6 +61,8 @@ class TrackingMixin:
                           f"kept (one that an earlier evaluation wrote holds no best agent either). Evaluate it "
                           f"against fixed players, e.g. trainer.eval(opponents={{seat: 'random'}}), for a measure of "
                           f"its play", stacklevel=2)
+        elif self.zero_sum_self_play and result["mean_return"] != 0:
+            self.zero_sum_self_play = False  # a team return that is not 0: the team no longer plays every seat
         if self.zero_sum_self_play:
             return
         if result["mean_return"] > self.best_return and self.experiment_dir is not None and is_main_process():
