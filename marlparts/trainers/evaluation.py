@@ -95,8 +95,7 @@ def summarise(returns: torch.Tensor, lengths: torch.Tensor, possible_agents: Seq
     those of the mean return over every seat; several teams are never averaged together. With
     ``outcomes``, each agent's rates of episodes won, drawn and lost (return > 0, = 0, < 0). A team that played
     every seat of a game whose returns sum to zero has ``"zero_sum_self_play": True`` (:func:`zero_sum_self_play`).
-    With
-    ``env_info`` (per entry of the env's ``info_keys``, its sum over each episode), each agent's mean of
+    With ``env_info`` (per entry of the env's ``info_keys``, its sum over each episode), each agent's mean of
     those sums.
     """
     column = {uid: i for i, uid in enumerate(possible_agents)}

@@ -242,8 +242,8 @@ class SequentialTrainer(Trainer):
             if "sampled" in result and result["actions"] != "sampled":
                 sampled = result["sampled"]["teams"][team]
                 figures["sampled_mean_return"] = sampled["mean_return"]
-                # a greedy pass of draws only cannot show a zero-sum game; the sampled pass of the same games can
-                figures["zero_sum_self_play"] = figures.get("zero_sum_self_play") or sampled.get("zero_sum_self_play")
+                if sampled.get("zero_sum_self_play"):  # a greedy pass of draws only cannot show a zero-sum game
+                    figures["zero_sum_self_play"] = True
             agent.record_evaluation(figures)
 
     def _evaluation_env(self) -> MultiAgentEnv:
