@@ -43,9 +43,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "examples" / "magent2"))
 
 import battle_mfq_vs_mfac as example  # noqa: E402  (the example's builders, without running its main)
-from straight_line_ppo import compared  # noqa: E402
+from straight_line_ppo import RunningScale, clipped_step, compared, gae  # noqa: E402
 from throughput import count_flop, interleaved_many  # noqa: E402
 
+from marlparts.agents.common.losses import masked_mean  # noqa: E402
 from marlparts.agents.common.mean_field import others_mean_actions  # noqa: E402
 from marlparts.trainers import SequentialTrainer  # noqa: E402
 from marlparts.utils import set_seed  # noqa: E402
@@ -56,20 +57,6 @@ def mean_of_others(actions: torch.Tensor, active: torch.Tensor, count: int) -> t
     """``(rows, agents, count)``: each agent's mean one-hot of its living teammates' ``actions`` ``(rows, agents)``."""
     one_hot = F.one_hot(actions, count).float() * active.unsqueeze(-1)
     return others_mean_actions(one_hot.flatten(1), torch.arange(actions.shape[1]), count)
-
-
-def clipped_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters: List[torch.nn.Parameter],
-                 max_norm: float) -> None:
-    """One optimizer step on ``loss`` with the gradient norm of ``parameters`` clipped to ``max_norm``."""
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(parameters, max_norm)
-    optimizer.step()
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The mean of ``values`` where ``mask`` is set."""
-    return (values * mask).sum() / mask.sum().clamp(min=1)
 
 
 class StraightLineMFQ:
@@ -160,7 +147,7 @@ class StraightLineMFAC:
         self.taken, self.rewards = torch.zeros(shape, dtype=torch.long), torch.zeros(shape)
         self.active, self.terminated = torch.zeros(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
         self.truncated, self.final_values = torch.zeros(shape, dtype=torch.bool), torch.zeros(shape)
-        self.stored, self.return_mean, self.return_var, self.return_count = 0, 0.0, 1.0, 1e-4
+        self.stored, self.return_scale = 0, RunningScale(1)
 
     @torch.no_grad()
     def act(self, observations: torch.Tensor) -> torch.Tensor:
@@ -174,11 +161,7 @@ class StraightLineMFAC:
         probabilities = torch.softmax(self.policy(observations), dim=-1)
         drawn = torch.multinomial(probabilities.flatten(0, 1), 1).reshape(observations.shape[:2])
         q = self.critic(torch.cat([observations, mean_of_others(drawn, active, self.actions)], dim=-1))
-        return (probabilities * self.unscaled(q)).sum(-1)
-
-    def unscaled(self, values: torch.Tensor) -> torch.Tensor:
-        """Critic outputs in return units."""
-        return values * (self.return_var + 1e-8) ** 0.5 + self.return_mean
+        return (probabilities * self.return_scale.unscale(q)).sum(-1)
 
     def store(self, observations: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, active: torch.Tensor,
               terminated: torch.Tensor, truncated: torch.Tensor, final_observations: torch.Tensor,
@@ -203,12 +186,12 @@ class StraightLineMFAC:
         taken, active = self.taken.flatten(0, 1), self.active.flatten(0, 1)
         inputs = torch.cat([rows, mean_of_others(taken, active, self.actions)], dim=-1)
         with torch.no_grad():
-            q = self.unscaled(self.critic(inputs))
+            q = self.return_scale.unscale(self.critic(inputs))
             chosen = q.gather(-1, taken.unsqueeze(-1)).squeeze(-1)
             baseline = (torch.softmax(self.policy(rows), dim=-1) * q).sum(-1)
             returns = self.td_lambda(chosen.reshape(self.rewards.shape), last_values).flatten(0, 1)
         advantages = chosen - baseline
-        targets = (returns - self.return_mean) / (self.return_var + 1e-8) ** 0.5
+        targets = (returns - self.return_scale.mean) / self.return_scale.std()
         samples = rows.shape[0]
         for _ in range(self.cfg["learning_epochs"]):
             for indexes in torch.randperm(samples).chunk(self.cfg["mini_batches"]):
@@ -222,30 +205,14 @@ class StraightLineMFAC:
             loss = masked_mean(-advantages[indexes] * log_prob - self.cfg["entropy_loss_scale"] * entropy,
                                active[indexes])
             clipped_step(loss, self.policy_optimizer, list(self.policy.parameters()), self.cfg["grad_norm_clip"])
-        self.take_in_returns(returns[active])
+        self.return_scale.take_in(returns[active].reshape(-1, 1))
+        self.return_scale.merge()
 
     def td_lambda(self, values: torch.Tensor, last_values: torch.Tensor) -> torch.Tensor:
         """TD(λ) returns of ``values`` ``(T, copies, agents)`` with time limits bootstrapped from the final values."""
-        gamma, lam = self.cfg["discount_factor"], self.cfg["gae_lambda"]
-        advantages, running = torch.zeros_like(values), torch.zeros_like(last_values)
-        for t in reversed(range(self.rollouts)):
-            following = last_values if t == self.rollouts - 1 else values[t + 1]
-            following = torch.where(self.truncated[t], self.final_values[t], following)
-            delta = self.rewards[t] + gamma * following * ~self.terminated[t] - values[t]
-            running = delta + gamma * lam * ~(self.terminated[t] | self.truncated[t]) * running
-            advantages[t] = running
-        return advantages + values
-
-    def take_in_returns(self, returns: torch.Tensor) -> None:
-        """Merge the rollout's returns into the running scale of the returns."""
-        count = returns.numel()
-        mean, var = float(returns.mean()), float(returns.var(unbiased=False))
-        total = self.return_count + count
-        delta = mean - self.return_mean
-        self.return_var = (self.return_var * self.return_count + var * count
-                           + delta ** 2 * self.return_count * count / total) / total
-        self.return_mean += delta * count / total
-        self.return_count = total
+        return values + gae(rewards=self.rewards, values=values, last_values=last_values,
+                            final_values=self.final_values, terminated=self.terminated, truncated=self.truncated,
+                            gamma=self.cfg["discount_factor"], lam=self.cfg["gae_lambda"])
 
 
 class StraightLineBattle:

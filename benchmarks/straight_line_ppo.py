@@ -44,7 +44,7 @@ import json
 import math
 import pathlib
 import sys
-from typing import Any, Callable, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
 
@@ -67,9 +67,17 @@ class RunningScale:
         self.total = torch.zeros(size, dtype=torch.float64)
         self.total_sq, self.seen = torch.zeros(size, dtype=torch.float64), 0
 
+    def std(self) -> torch.Tensor:
+        """The current standard deviation of each feature."""
+        return (self.var + 1e-8).sqrt()
+
     def scale(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` standardised by the current statistics, clipped to [-5, 5]."""
-        return ((x - self.mean) / (self.var + 1e-8).sqrt()).clamp(-5.0, 5.0)
+        return ((x - self.mean) / self.std()).clamp(-5.0, 5.0)
+
+    def unscale(self, x: torch.Tensor) -> torch.Tensor:
+        """Standardised ``x`` back in the units of the features."""
+        return x * self.std() + self.mean
 
     def take_in(self, x: torch.Tensor) -> None:
         """Add ``x``'s rows to the statistics of the current rollout."""
@@ -90,6 +98,29 @@ class RunningScale:
         self.count = total
         self.total.zero_(), self.total_sq.zero_()
         self.seen = 0
+
+
+def gae(*, rewards: torch.Tensor, values: torch.Tensor, last_values: torch.Tensor, final_values: torch.Tensor,
+        terminated: torch.Tensor, truncated: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+    """GAE advantages of ``values`` over a rollout ``(steps, copies, agents)``: time limits bootstrap from
+    ``final_values``, ``last_values`` follow the rollout's last step."""
+    advantages, running = torch.zeros_like(values), torch.zeros_like(last_values)
+    for t in reversed(range(values.shape[0])):
+        following = last_values if t == values.shape[0] - 1 else values[t + 1]
+        following = torch.where(truncated[t], final_values[t], following)
+        delta = rewards[t] + gamma * following * ~terminated[t] - values[t]
+        running = delta + gamma * lam * ~(terminated[t] | truncated[t]) * running
+        advantages[t] = running
+    return advantages
+
+
+def clipped_step(loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters: List[torch.nn.Parameter],
+                 max_norm: float) -> None:
+    """One optimizer step on ``loss`` with the gradient norm of ``parameters`` clipped to ``max_norm``."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+    optimizer.step()
 
 
 class StraightLinePPO:
@@ -179,7 +210,7 @@ class StraightLinePPO:
                     final = infos["final_state"] if "final_state" in infos else \
                         stack_agents(infos["final_observation"], self.uids).reshape(copies, -1)
                     values = self.critic.net(self.state_scale.scale(final))
-                    self.final_values[t] = torch.where(self.truncated[t], self.unscale_values(values), 0.0)
+                    self.final_values[t] = torch.where(self.truncated[t], self.return_scale.unscale(values), 0.0)
                 else:
                     self.final_values[t].zero_()
                 self.observations = stack_agents(observations, self.uids)
@@ -187,24 +218,14 @@ class StraightLinePPO:
             advantages, returns, old_values = self.advantages()
         self.update(advantages, returns, old_values)
 
-    def unscale_values(self, values: torch.Tensor) -> torch.Tensor:
-        """The critic's outputs in return units."""
-        return values * (self.return_scale.var + 1e-8).sqrt() + self.return_scale.mean
-
     def advantages(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """GAE with time-limit bootstraps over the rollout: the standardised advantages, the returns, and the
         critic's outputs (its own units) at every stored step."""
         outputs = self.critic.net(self.stored_states.flatten(0, 1))
-        values = self.unscale_values(outputs).reshape(self.rewards.shape)
-        last = self.unscale_values(self.critic.net(self.state_scale.scale(self.state)))
-        advantages = torch.zeros_like(self.rewards)
-        running = torch.zeros_like(last)
-        for t in reversed(range(self.rollouts)):
-            following = last if t == self.rollouts - 1 else values[t + 1]
-            following = torch.where(self.truncated[t], self.final_values[t], following)
-            delta = self.rewards[t] + self.gamma * following * ~self.terminated[t] - values[t]
-            running = delta + self.gamma * self.lam * ~(self.terminated[t] | self.truncated[t]) * running
-            advantages[t] = running
+        values = self.return_scale.unscale(outputs).reshape(self.rewards.shape)
+        last = self.return_scale.unscale(self.critic.net(self.state_scale.scale(self.state)))
+        advantages = gae(rewards=self.rewards, values=values, last_values=last, final_values=self.final_values,
+                         terminated=self.terminated, truncated=self.truncated, gamma=self.gamma, lam=self.lam)
         returns = advantages + values
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         return advantages, returns, outputs
@@ -213,8 +234,7 @@ class StraightLinePPO:
         """Epochs of shuffled minibatches of the clipped PPO losses; then the critic alone; then the statistics.
         ``old_values``: the critic's outputs at the stored steps, ``(rollouts * copies, agents)``, in its own units.
         """
-        scale = (self.return_scale.var + 1e-8).sqrt()
-        targets = ((returns - self.return_scale.mean) / scale).flatten(0, 1)
+        targets = ((returns - self.return_scale.mean) / self.return_scale.std()).flatten(0, 1)
         data = (self.stored_observations.flatten(0, 1), self.stored_states.flatten(0, 1), self.actions.flatten(0, 1),
                 self.log_probs.flatten(0, 1), advantages.flatten(0, 1), targets, old_values)
         rows, steps = data[0].shape[0], 0
@@ -240,10 +260,7 @@ class StraightLinePPO:
         while steps < self.critic_steps:
             for indexes in torch.randperm(rows).chunk(self.minibatches)[:self.critic_steps - steps]:
                 loss = self.value_loss(self.critic.net(data[1][indexes]), targets[indexes], old_values[indexes])
-                self.critic_optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.max_norm)
-                self.critic_optimizer.step()
+                clipped_step(loss, self.critic_optimizer, list(self.critic.parameters()), self.max_norm)
                 steps += 1
         self.observation_scale.merge()
         self.state_scale.merge()
